@@ -1,0 +1,23 @@
+"""wengert: reverse-mode automatic differentiation of ordinary NumPy code.
+
+    import wengert as wg
+    import wengert.numpy as wnp
+
+    loss = lambda w, x: wnp.sum(wnp.tanh(x @ w) ** 2)
+    g = wg.grad(loss)(w, x)
+"""
+from . import numpy  # noqa: F401  (installs the ndarray behaviour of tracers)
+from . import tree
+from .core.errors import (LeakedTracerError, NoDerivativeError, NonDifferentiableInputError,
+                          NonScalarOutputError, WengertError)
+from .core.trace import Tracer
+from .transforms.check import check_grads
+from .transforms.reverse import grad, hessian, jacobian, jacrev, value_and_grad, vjp
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "grad", "value_and_grad", "vjp", "jacobian", "jacrev", "hessian", "check_grads", "tree",
+    "numpy", "Tracer", "WengertError", "LeakedTracerError", "NoDerivativeError",
+    "NonDifferentiableInputError", "NonScalarOutputError",
+]

@@ -1,0 +1,1 @@
+"""The engine: traces and tracers, the tape and the backward pass, pytrees."""

@@ -1,0 +1,113 @@
+"""The backward half of the engine: one reverse loop over the tape, and cotangent accumulation.
+
+Three rules keep the backward pass a small multiple of the forward pass:
+
+* Absent means zero. A node that received no cotangent is skipped; no zero array is made for it.
+* The first contribution to a node is stored as it is. A second one makes a buffer the accumulator
+  owns; every later one is added into that buffer in place.
+* Reads through indexing (``x[:, j]``, ``x[mask]``) send back an :class:`IndexedCotangent`, not a
+  dense array of zeros. All of them land in one buffer for the parent, with a slice add.
+
+When the cotangents are themselves traced (the backward pass of an inner transform recorded by an
+outer one), accumulation is out of place, through wengert operations, so it can be differentiated.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .trace import Tracer, _Select
+
+
+class IndexedCotangent:
+    """A cotangent that is zero except at ``index``: what a read ``x[index]`` sends back to ``x``."""
+
+    __slots__ = ("index", "g", "shape", "dtype", "basic")
+
+    def __init__(self, index, g, shape, dtype, basic):
+        self.index = index
+        self.g = g
+        self.shape = shape
+        self.dtype = dtype
+        self.basic = basic
+
+    def add_into(self, buffer):
+        if self.basic:
+            buffer[self.index] += self.g
+        else:
+            np.add.at(buffer, self.index, self.g)
+
+    def dense(self):
+        buffer = np.zeros(self.shape, self.dtype)
+        self.add_into(buffer)
+        return buffer
+
+
+def accumulate(cts, owned, i, c):
+    """Add contribution ``c`` to the cotangent of tape entry ``i``."""
+    old = cts[i]
+    kind = type(c)
+    if kind is IndexedCotangent:
+        if old is None:
+            cts[i] = c.dense()
+            owned[i] = 1
+        elif type(old) is Tracer:
+            cts[i] = old + c.dense()
+        else:
+            if not owned[i]:
+                old = cts[i] = np.array(old, dtype=np.result_type(old, c.g), copy=True)
+                owned[i] = 1
+            c.add_into(old)
+        return
+    if kind is _Select:
+        if old is None:
+            old = cts[i] = [None] * c.count
+        prev = old[c.position]
+        old[c.position] = c.g if prev is None else prev + c.g
+        return
+    if old is None:
+        cts[i] = c
+    elif owned[i] and kind is not Tracer:
+        np.add(old, c, out=old)
+    else:
+        new = old + c
+        cts[i] = new
+        owned[i] = type(new) is np.ndarray
+
+
+def backward(tape, seeds, keep_tape=False):
+    """Propagate ``seeds`` (pairs of tape index and cotangent) to every entry of ``tape``.
+
+    Returns the list of cotangents, indexed like the tape; only inputs' entries are left filled.
+    Unless ``keep_tape``, nodes are dropped as they are used, so memory is released during the pass.
+    """
+    n = len(tape)
+    cts = [None] * n
+    owned = bytearray(n)
+    for index, ct in seeds:
+        accumulate(cts, owned, index, ct)
+    for i in range(n - 1, -1, -1):
+        g = cts[i]
+        if g is None:
+            continue
+        node = tape[i]
+        prim = node.prim
+        if prim is None:
+            continue
+        cts[i] = None
+        if not keep_tape:
+            tape[i] = None
+        if prim.multiple_results:
+            g = tuple(
+                np.zeros_like(a) if gi is None and type(a) is not Tracer
+                else (a * 0 if gi is None else gi)
+                for gi, a in zip(g, node.ans)
+            )
+        rules = prim.vjp
+        args = node.args
+        ans = node.ans
+        params = node.params
+        for position, parent in node.parents:
+            c = rules[position](g, ans, *args, **params)
+            if c is not None:
+                accumulate(cts, owned, parent, c)
+    return cts

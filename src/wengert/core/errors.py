@@ -1,0 +1,31 @@
+"""Errors the engine raises. Each one says what happened and what to do instead."""
+
+
+class WengertError(Exception):
+    """Base class of wengert's own errors."""
+
+
+class LeakedTracerError(WengertError):
+    def __init__(self, what):
+        super().__init__(
+            f"{what}: a traced value was used after the transform that created it (grad, vjp, ...) "
+            "had returned. Traced values live only inside the function being differentiated; "
+            "return plain results from it (or use has_aux=True) instead of storing tracers "
+            "in globals or closures."
+        )
+
+
+class NoDerivativeError(WengertError, NotImplementedError):
+    def __init__(self, name):
+        super().__init__(
+            f"{name} has no derivative rule in wengert. Define one with @wengert.custom_vjp "
+            "(or wengert.op), or compute this value outside the differentiated function."
+        )
+
+
+class NonDifferentiableInputError(WengertError, TypeError):
+    pass
+
+
+class NonScalarOutputError(WengertError, TypeError):
+    pass

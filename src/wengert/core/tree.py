@@ -1,0 +1,147 @@
+"""Pytrees: nested containers of arrays, flattened at the transform boundary.
+
+Tuples, lists, dicts (keys sorted, as JAX does), namedtuples and dataclass instances are
+containers; ``None`` is an empty container; everything else is a leaf. Dataclasses need no
+registration. Each leaf becomes its own tape input, so a function that reads 3 fields of a
+10-field record does work for 3 fields, not 10.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+class TreeDef:
+    """The shape of a pytree without its leaves."""
+
+    __slots__ = ("kind", "meta", "children", "num_leaves")
+
+    def __init__(self, kind, meta, children):
+        self.kind = kind
+        self.meta = meta
+        self.children = children
+        self.num_leaves = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
+
+    def __eq__(self, other):
+        return (isinstance(other, TreeDef) and self.kind == other.kind
+                and self.meta == other.meta and self.children == other.children)
+
+    def __hash__(self):
+        return hash((self.kind, self.meta, self.children))
+
+    def __repr__(self):
+        if self.kind == "leaf":
+            return "*"
+        if self.kind == "none":
+            return "None"
+        inner = ", ".join(map(repr, self.children))
+        return f"{self.kind}[{self.meta}]({inner})" if self.meta is not None else f"{self.kind}({inner})"
+
+
+LEAF = TreeDef("leaf", None, ())
+
+
+def _children(x):
+    """(kind, meta, children, child keys) for a container, or None for a leaf."""
+    if x is None:
+        return "none", None, (), ()
+    t = type(x)
+    if t is tuple:
+        return "tuple", None, x, range(len(x))
+    if t is list:
+        return "list", None, x, range(len(x))
+    if t is dict:
+        keys = tuple(sorted(x))
+        return "dict", keys, tuple(x[k] for k in keys), keys
+    if isinstance(x, tuple) and hasattr(t, "_fields"):
+        return "namedtuple", t, tuple(x), t._fields
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = tuple(f.name for f in dataclasses.fields(x))
+        return "dataclass", (t, names), tuple(getattr(x, n) for n in names), names
+    return None
+
+
+def flatten_with_paths(tree, path=()):
+    """Leaves with their paths (tuples of keys), and the tree's definition."""
+    found = _children(tree)
+    if found is None:
+        return [(path, tree)], LEAF
+    kind, meta, children, keys = found
+    leaves, defs = [], []
+    for key, child in zip(keys, children):
+        sub, d = flatten_with_paths(child, path + (key,))
+        leaves.extend(sub)
+        defs.append(d)
+    return leaves, TreeDef(kind, meta, tuple(defs))
+
+
+def flatten(tree):
+    """``(leaves, treedef)``; ``unflatten(treedef, leaves)`` rebuilds the tree."""
+    pairs, treedef = flatten_with_paths(tree)
+    return [leaf for _, leaf in pairs], treedef
+
+
+def unflatten(treedef, leaves):
+    it = iter(leaves)
+    tree = _build(treedef, it)
+    rest = next(it, _END)
+    if rest is not _END:
+        raise ValueError(f"unflatten: more leaves than the tree definition {treedef!r} holds")
+    return tree
+
+
+_END = object()
+
+
+def _build(d, it):
+    if d.kind == "leaf":
+        leaf = next(it, _END)
+        if leaf is _END:
+            raise ValueError("unflatten: fewer leaves than the tree definition holds")
+        return leaf
+    children = [_build(c, it) for c in d.children]
+    if d.kind == "none":
+        return None
+    if d.kind == "tuple":
+        return tuple(children)
+    if d.kind == "list":
+        return children
+    if d.kind == "dict":
+        return dict(zip(d.meta, children))
+    if d.kind == "namedtuple":
+        return d.meta(*children)
+    cls, names = d.meta
+    obj = object.__new__(cls)
+    for name, value in zip(names, children):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def map(fn, tree, *rest):  # noqa: A001 - mirrors jax.tree.map
+    """Apply ``fn`` to each leaf (and the matching leaves of ``rest``, which share the structure)."""
+    leaves, treedef = flatten(tree)
+    others = []
+    for r in rest:
+        r_leaves, r_def = flatten(r)
+        if r_def != treedef:
+            raise ValueError(f"tree.map: structures differ: {treedef!r} vs {r_def!r}")
+        others.append(r_leaves)
+    return unflatten(treedef, [fn(*xs) for xs in zip(leaves, *others)])
+
+
+def leaves(tree):
+    return flatten(tree)[0]
+
+
+def structure(tree):
+    return flatten(tree)[1]
+
+
+def path_str(path):
+    """A readable path such as ``['w'].b[0]`` for error messages."""
+    out = ""
+    for key in path:
+        if isinstance(key, str):
+            out += f"[{key!r}]" if not key.isidentifier() else f".{key}"
+        else:
+            out += f"[{key!r}]"
+    return out

@@ -1,0 +1,692 @@
+"""NumPy's functions with NumPy's signatures, over the primitive table.
+
+Elementwise primitives are exported as they are. Everything else is a thin function that, when no
+argument is traced, hands the call to NumPy itself (``@traceable``), so plain code gets exactly
+NumPy's answer; when an argument is traced it maps the call onto primitives.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+
+import numpy as np
+import opt_einsum
+
+from ..core.trace import Tracer, unbox
+from ..primitives import contractions as C
+from ..primitives import elementwise as E
+from ..primitives import reductions as R
+from ..primitives import shape as S
+from ..primitives._table import nondiff, unbox_all
+
+_NO_VALUE = np._NoValue
+
+
+def _has_tracer(args, kwargs):
+    for a in args:
+        t = type(a)
+        if t is Tracer:
+            return True
+        if (t is list or t is tuple) and builtins.any(type(v) is Tracer for v in a):
+            return True
+    for a in kwargs.values():
+        if type(a) is Tracer:
+            return True
+    return False
+
+
+def traceable(np_fn):
+    """Use the decorated body for traced arguments and ``np_fn`` itself otherwise."""
+
+    def decorate(fn):
+        @functools.wraps(np_fn)
+        def call(*args, **kwargs):
+            if _has_tracer(args, kwargs):
+                return fn(*args, **kwargs)
+            return np_fn(*args, **kwargs)
+
+        call.traced_body = fn
+        return call
+
+    return decorate
+
+
+def _unsupported(name, **given):
+    for key, value in given.items():
+        if value is not None and value is not _NO_VALUE and value is not False:
+            raise NotImplementedError(
+                f"wengert.numpy.{name}: the argument {key}={value!r} is not supported on traced "
+                "values; compute without it (for out=, use the returned array instead)"
+            )
+
+
+def _ndim(x):
+    return x.ndim if type(x) is Tracer else np.ndim(x)
+
+
+def _shape(x):
+    return x.shape if type(x) is Tracer else np.shape(x)
+
+
+def _norm_axis(axis, ndim):
+    if axis is None:
+        return None
+    if isinstance(axis, (tuple, list)):
+        return tuple(builtins.sorted(a % ndim if ndim else a for a in axis))
+    return (axis % ndim,) if ndim else (axis,)
+
+
+def _as_traced_operand(x):
+    """Leave tracers alone; turn lists and scalars into arrays so shapes are known."""
+    return x if type(x) is Tracer else np.asarray(x)
+
+
+# --- elementwise -------------------------------------------------------------------------------
+add, subtract, multiply, divide, true_divide = E.add, E.subtract, E.multiply, E.divide, E.divide
+negative, positive, power, float_power, square = E.negative, E.positive, E.power, E.float_power, E.square
+sqrt, cbrt, reciprocal, remainder, mod, fmod = E.sqrt, E.cbrt, E.reciprocal, E.remainder, E.remainder, E.fmod
+exp, exp2, expm1, log, log2, log10, log1p = E.exp, E.exp2, E.expm1, E.log, E.log2, E.log10, E.log1p
+logaddexp, logaddexp2 = E.logaddexp, E.logaddexp2
+sin, cos, tan, arcsin, arccos, arctan, arctan2 = E.sin, E.cos, E.tan, E.arcsin, E.arccos, E.arctan, E.arctan2
+sinh, cosh, tanh, arcsinh, arccosh, arctanh = E.sinh, E.cosh, E.tanh, E.arcsinh, E.arccosh, E.arctanh
+hypot, deg2rad, rad2deg, radians, degrees = E.hypot, E.deg2rad, E.rad2deg, E.deg2rad, E.rad2deg
+absolute, abs, fabs = E.absolute, E.absolute, E.fabs  # noqa: A001
+maximum, minimum, fmax, fmin = E.maximum, E.minimum, E.fmax, E.fmin
+asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
+asinh, acosh, atanh, pow = arcsinh, arccosh, arctanh, power  # noqa: A001
+
+
+def where(condition, x=_NO_VALUE, y=_NO_VALUE, /):
+    if x is _NO_VALUE and y is _NO_VALUE:
+        return np.where(unbox_all(condition))
+    if type(x) is not Tracer and type(y) is not Tracer:
+        return np.where(unbox_all(condition), x, y)
+    return E.where(unbox_all(condition), x, y)
+
+
+def clip(a, a_min=_NO_VALUE, a_max=_NO_VALUE, out=None, *, min=_NO_VALUE, max=_NO_VALUE, **kwargs):  # noqa: A002
+    lo = a_min if a_min is not _NO_VALUE else (min if min is not _NO_VALUE else None)
+    hi = a_max if a_max is not _NO_VALUE else (max if max is not _NO_VALUE else None)
+    if not _has_tracer((a, lo, hi), {}):
+        return np.clip(a, lo, hi, out=out, **kwargs)
+    _unsupported("clip", out=out, **kwargs)
+    return E.clip(a, lo, hi)
+
+
+# --- reductions ----------------------------------------------------------------------------------
+@traceable(np.sum)
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NO_VALUE, where=_NO_VALUE):  # noqa: A001
+    _unsupported("sum", out=out, initial=initial, where=where)
+    if dtype is not None:
+        a = astype(a, dtype)
+    return R.sum_(a, axis=_norm_axis(axis, _ndim(a)), keepdims=keepdims)
+
+
+def _count(a, axis):
+    shape = _shape(a)
+    if axis is None:
+        return int(np.prod(shape, dtype=np.int64))
+    return int(np.prod([shape[i] for i in _norm_axis(axis, len(shape))], dtype=np.int64))
+
+
+@traceable(np.mean)
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_NO_VALUE):
+    _unsupported("mean", out=out, where=where)
+    if dtype is not None:
+        a = astype(a, dtype)
+    elif not np.issubdtype(a.dtype, np.inexact):
+        a = astype(a, np.float64)
+    return sum(a, axis=axis, keepdims=keepdims) / _count(a, axis)
+
+
+def _extremum(prim, name):
+    @traceable(getattr(np, name))
+    def reduce(a, axis=None, out=None, keepdims=False, initial=_NO_VALUE, where=_NO_VALUE):
+        _unsupported(name, out=out, initial=initial, where=where)
+        return prim(a, axis=_norm_axis(axis, _ndim(a)), keepdims=keepdims)
+    reduce.traced_body.__name__ = name
+    return reduce
+
+
+max = amax = _extremum(R.max_, "max")  # noqa: A001
+min = amin = _extremum(R.min_, "min")  # noqa: A001
+
+
+@traceable(np.prod)
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NO_VALUE, where=_NO_VALUE):
+    _unsupported("prod", out=out, initial=initial, where=where)
+    if dtype is not None:
+        a = astype(a, dtype)
+    return R.prod(a, axis=_norm_axis(axis, _ndim(a)), keepdims=keepdims)
+
+
+@traceable(np.var)
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NO_VALUE, mean=_NO_VALUE,
+        correction=_NO_VALUE):
+    _unsupported("var", out=out, where=where, mean=mean)
+    if correction is not _NO_VALUE:
+        ddof = correction
+    if dtype is not None:
+        a = astype(a, dtype)
+    centered = a - globals()["mean"](a, axis=axis, keepdims=True)
+    return sum(centered * centered, axis=axis, keepdims=keepdims) / (_count(a, axis) - ddof)
+
+
+@traceable(np.std)
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NO_VALUE, mean=_NO_VALUE,
+        correction=_NO_VALUE):
+    return sqrt(var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where,
+                    mean=mean, correction=correction))
+
+
+def _scan(prim, name):
+    @traceable(getattr(np, name))
+    def scan(a, axis=None, dtype=None, out=None):
+        _unsupported(name, out=out)
+        if dtype is not None:
+            a = astype(a, dtype)
+        if axis is None:
+            return prim(ravel(a), axis=0)
+        return prim(a, axis=axis % _ndim(a))
+    return scan
+
+
+cumsum = _scan(R.cumsum, "cumsum")
+cumprod = _scan(R.cumprod, "cumprod")
+
+
+@traceable(np.average)
+def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
+    if weights is None:
+        avg = mean(a, axis=axis, keepdims=keepdims)
+        total = np.asarray(_count(a, axis), dtype=unbox(avg).dtype)
+    else:
+        w = weights
+        if _ndim(w) != _ndim(a):
+            if axis is None or _ndim(w) != 1:
+                raise TypeError("average: weights of a different shape than a need an axis and must be 1-D")
+            shape = [1] * _ndim(a)
+            shape[axis % _ndim(a)] = _shape(w)[0]
+            w = reshape(w, shape)
+        total = sum(broadcast_to(w, _shape(a)), axis=axis, keepdims=keepdims)
+        avg = sum(a * w, axis=axis, keepdims=keepdims) / total
+    if returned:
+        return avg, broadcast_to(total, _shape(avg))
+    return avg
+
+
+# --- products and contractions -------------------------------------------------------------------
+@traceable(np.dot)
+def dot(a, b, out=None):
+    _unsupported("dot", out=out)
+    return C.dot(_as_traced_operand(a), _as_traced_operand(b))
+
+
+@traceable(np.matmul)
+def matmul(a, b, /, out=None, **kwargs):
+    _unsupported("matmul", out=out, **kwargs)
+    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    if _ndim(a) == 0 or _ndim(b) == 0:
+        raise ValueError("matmul: Input operand does not have enough dimensions (use * for scalars)")
+    return C.matmul(a, b)
+
+
+@traceable(np.tensordot)
+def tensordot(a, b, axes=2):
+    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    axes_a, axes_b = C._tensordot_axes(axes, _ndim(a), _ndim(b))
+    return C.tensordot(a, b, axes=(tuple(axes_a), tuple(axes_b)))
+
+
+@traceable(np.vdot)
+def vdot(a, b, /):
+    return C.vdot(_as_traced_operand(a), _as_traced_operand(b))
+
+
+@traceable(np.inner)
+def inner(a, b, /):
+    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    if _ndim(a) == 0 or _ndim(b) == 0:
+        return a * b
+    return tensordot(a, b, axes=([-1], [-1]))
+
+
+@traceable(np.outer)
+def outer(a, b, out=None):
+    _unsupported("outer", out=out)
+    return C.outer(_as_traced_operand(a), _as_traced_operand(b))
+
+
+@traceable(np.einsum)
+def einsum(*operands, out=None, optimize=False, dtype=None, order="K", casting="safe"):
+    _unsupported("einsum", out=out, dtype=dtype)
+    if not isinstance(operands[0], str):
+        raise NotImplementedError("wengert.numpy.einsum: use the subscripts-string form, e.g. einsum('ij,jk->ik', a, b)")
+    arrays = [_as_traced_operand(op) for op in operands[1:]]
+    inputs, output, _ = opt_einsum.parser.parse_einsum_input([operands[0]] + [unbox(a) for a in arrays])
+    return C.einsum(*arrays, subscripts=f"{inputs}->{output}")
+
+
+@traceable(np.trace)
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _unsupported("trace", out=out)
+    d = diagonal(a, offset, axis1, axis2)
+    if dtype is not None:
+        d = astype(d, dtype)
+    return sum(d, axis=-1)
+
+
+@traceable(np.kron)
+def kron(a, b):
+    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    nd = builtins.max(_ndim(a), _ndim(b))
+    a = reshape(a, (1,) * (nd - _ndim(a)) + _shape(a))
+    b = reshape(b, (1,) * (nd - _ndim(b)) + _shape(b))
+    a_shape, b_shape = _shape(a), _shape(b)
+    interleaved_a = reshape(a, tuple(x for n in a_shape for x in (n, 1)))
+    interleaved_b = reshape(b, tuple(x for n in b_shape for x in (1, n)))
+    return reshape(interleaved_a * interleaved_b, tuple(m * n for m, n in zip(a_shape, b_shape)))
+
+
+# --- shape ----------------------------------------------------------------------------------------
+@traceable(np.reshape)
+def reshape(a, /, shape=None, order="C", *, newshape=None, copy=None):
+    shape = newshape if shape is None else shape
+    if order != "C":
+        raise NotImplementedError("wengert.numpy.reshape: only order='C' is supported on traced values")
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    return S.reshape(a, shape=tuple(shape))
+
+
+@traceable(np.ravel)
+def ravel(a, order="C"):
+    return reshape(a, (-1,), order=order)
+
+
+@traceable(np.transpose)
+def transpose(a, axes=None):
+    if axes is not None:
+        axes = tuple(ax % _ndim(a) for ax in axes)
+    return S.transpose(a, axes=axes)
+
+
+@traceable(np.moveaxis)
+def moveaxis(a, source, destination):
+    nd = _ndim(a)
+    src = [source % nd] if isinstance(source, (int, np.integer)) else [s % nd for s in source]
+    dst = [destination % nd] if isinstance(destination, (int, np.integer)) else [d % nd for d in destination]
+    order = [n for n in range(nd) if n not in src]
+    for d, s in builtins.sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(a, order)
+
+
+@traceable(np.swapaxes)
+def swapaxes(a, axis1, axis2):
+    order = list(range(_ndim(a)))
+    i, j = axis1 % len(order), axis2 % len(order)
+    order[i], order[j] = order[j], order[i]
+    return transpose(a, order)
+
+
+@traceable(np.expand_dims)
+def expand_dims(a, axis):
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    shape = list(_shape(a))
+    nd = len(shape) + len(axes)
+    for ax in builtins.sorted(x % nd for x in axes):
+        shape.insert(ax, 1)
+    return reshape(a, tuple(shape))
+
+
+@traceable(np.squeeze)
+def squeeze(a, axis=None):
+    shape = _shape(a)
+    if axis is None:
+        drop = {i for i, n in enumerate(shape) if n == 1}
+    else:
+        drop = set(_norm_axis(axis, len(shape)))
+        for i in drop:
+            if shape[i] != 1:
+                raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+    return reshape(a, tuple(n for i, n in enumerate(shape) if i not in drop))
+
+
+@traceable(np.broadcast_to)
+def broadcast_to(array, shape, subok=False):
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return S.broadcast_to(array, shape=shape)
+
+
+@traceable(np.broadcast_arrays)
+def broadcast_arrays(*args, subok=False):
+    shape = np.broadcast_shapes(*[_shape(a) for a in args])
+    return tuple(broadcast_to(a, shape) for a in args)
+
+
+def _sequence_traceable(np_fn):
+    """Like ``traceable`` for functions whose first argument is a sequence of arrays."""
+
+    def decorate(fn):
+        @functools.wraps(np_fn)
+        def call(arrays, *args, **kwargs):
+            if builtins.any(type(a) is Tracer for a in arrays):
+                return fn(list(arrays), *args, **kwargs)
+            return np_fn(arrays, *args, **kwargs)
+
+        return call
+
+    return decorate
+
+
+@_sequence_traceable(np.concatenate)
+def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _unsupported("concatenate", out=out, dtype=dtype)
+    arrays = [_as_traced_operand(a) for a in arrays]
+    if axis is None:
+        arrays, axis = [ravel(a) for a in arrays], 0
+    return S.concatenate(*arrays, axis=axis % _ndim(arrays[0]))
+
+
+@_sequence_traceable(np.stack)
+def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _unsupported("stack", out=out, dtype=dtype)
+    arrays = [_as_traced_operand(a) for a in arrays]
+    axis = axis % (_ndim(arrays[0]) + 1)
+    return concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
+
+
+@_sequence_traceable(np.hstack)
+def hstack(tup, *, dtype=None, casting="same_kind"):
+    arrays = [atleast_1d(a) for a in tup]
+    return concatenate(arrays, axis=0 if _ndim(arrays[0]) == 1 else 1)
+
+
+@_sequence_traceable(np.vstack)
+def vstack(tup, *, dtype=None, casting="same_kind"):
+    return concatenate([atleast_2d(a) for a in tup], axis=0)
+
+
+row_stack = vstack
+
+
+@_sequence_traceable(np.dstack)
+def dstack(tup):
+    return concatenate([atleast_3d(a) for a in tup], axis=2)
+
+
+@_sequence_traceable(np.column_stack)
+def column_stack(tup):
+    return concatenate([reshape(a, (-1, 1)) if _ndim(a) < 2 else a for a in tup], axis=1)
+
+
+@traceable(np.atleast_1d)
+def atleast_1d(*arys):
+    out = [reshape(a, (1,)) if _ndim(a) == 0 else _as_traced_operand(a) for a in arys]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@traceable(np.atleast_2d)
+def atleast_2d(*arys):
+    out = []
+    for a in arys:
+        a = _as_traced_operand(a)
+        out.append(reshape(a, (1,) * (2 - _ndim(a)) + _shape(a)) if _ndim(a) < 2 else a)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@traceable(np.atleast_3d)
+def atleast_3d(*arys):
+    out = []
+    for a in arys:
+        a = _as_traced_operand(a)
+        nd = _ndim(a)
+        shape = {0: (1, 1, 1), 1: (1,) + _shape(a) + (1,), 2: _shape(a) + (1,)}.get(nd, _shape(a))
+        out.append(reshape(a, shape))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _split_points(n, indices_or_sections, strict):
+    if isinstance(indices_or_sections, (int, np.integer)):
+        sections = int(indices_or_sections)
+        if strict and n % sections:
+            raise ValueError("array split does not result in an equal division")
+        base, extra = divmod(n, sections)
+        sizes = [base + 1] * extra + [base] * (sections - extra)
+        return list(np.cumsum([0] + sizes))
+    return [0] + [builtins.min(builtins.max(int(i) if i >= 0 else n + int(i), 0), n)
+                  for i in indices_or_sections] + [n]
+
+
+def _split(a, indices_or_sections, axis, strict):
+    axis = axis % _ndim(a)
+    points = _split_points(_shape(a)[axis], indices_or_sections, strict)
+    lead = (slice(None),) * axis
+    return [a[lead + (slice(lo, builtins.max(lo, hi)),)] for lo, hi in zip(points[:-1], points[1:])]
+
+
+@traceable(np.split)
+def split(ary, indices_or_sections, axis=0):
+    return _split(ary, indices_or_sections, axis, strict=True)
+
+
+@traceable(np.array_split)
+def array_split(ary, indices_or_sections, axis=0):
+    return _split(ary, indices_or_sections, axis, strict=False)
+
+
+@traceable(np.hsplit)
+def hsplit(ary, indices_or_sections):
+    return split(ary, indices_or_sections, axis=1 if _ndim(ary) > 1 else 0)
+
+
+@traceable(np.vsplit)
+def vsplit(ary, indices_or_sections):
+    return split(ary, indices_or_sections, axis=0)
+
+
+@traceable(np.tile)
+def tile(A, reps):
+    reps = (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps)
+    nd = builtins.max(_ndim(A), len(reps))
+    shape = (1,) * (nd - _ndim(A)) + _shape(A)
+    reps = (1,) * (nd - len(reps)) + reps
+    spread = reshape(A, tuple(x for n in shape for x in (1, n)))
+    spread = broadcast_to(spread, tuple(x for r, n in zip(reps, shape) for x in (r, n)))
+    return reshape(spread, tuple(r * n for r, n in zip(reps, shape)))
+
+
+@traceable(np.repeat)
+def repeat(a, repeats, axis=None):
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = axis % _ndim(a)
+    n = _shape(a)[axis]
+    if np.ndim(repeats) == 0 or np.size(repeats) == 1:
+        r = int(np.reshape(repeats, -1)[0]) if np.ndim(repeats) else int(repeats)
+        shape = _shape(a)
+        spread = expand_dims(a, axis + 1)
+        spread = broadcast_to(spread, shape[:axis + 1] + (r,) + shape[axis + 1:])
+        return reshape(spread, shape[:axis] + (n * r,) + shape[axis + 1:])
+    return take(a, np.repeat(np.arange(n), repeats), axis=axis)
+
+
+@traceable(np.pad)
+def pad(array, pad_width, mode="constant", **kwargs):
+    nd = _ndim(array)
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=int).reshape(-1, 2) if np.ndim(pad_width) else
+                             np.asarray([[pad_width, pad_width]]), (nd, 2))
+    widths = tuple((int(b), int(e)) for b, e in widths)
+    if mode == "constant":
+        value = kwargs.pop("constant_values", 0)
+        if np.ndim(value) != 0:
+            raise NotImplementedError("wengert.numpy.pad: per-axis constant_values are not supported on traced values")
+        return S.pad_constant(array, pad_width=widths, constant_values=value)
+    if kwargs:
+        raise NotImplementedError(f"wengert.numpy.pad: options {sorted(kwargs)} are not supported on traced values")
+    out = array
+    for axis, width in enumerate(widths):
+        if width == (0, 0):
+            continue
+        index = np.pad(np.arange(_shape(array)[axis]), width, mode=mode)
+        out = take(out, index, axis=axis)
+    return out
+
+
+@traceable(np.flip)
+def flip(m, axis=None):
+    if axis is not None:
+        axis = _norm_axis(axis, _ndim(m))
+    return S.flip(m, axis=axis)
+
+
+@traceable(np.fliplr)
+def fliplr(m):
+    return flip(m, 1)
+
+
+@traceable(np.flipud)
+def flipud(m):
+    return flip(m, 0)
+
+
+@traceable(np.roll)
+def roll(a, shift, axis=None):
+    return S.roll(a, shift=shift if np.ndim(shift) == 0 else tuple(shift),
+                  axis=axis if axis is None or np.ndim(axis) == 0 else tuple(axis))
+
+
+@traceable(np.diagonal)
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    nd = _ndim(a)
+    return S.diagonal(a, offset=offset, axis1=axis1 % nd, axis2=axis2 % nd)
+
+
+@traceable(np.diag)
+def diag(v, k=0):
+    if _ndim(v) == 2:
+        return diagonal(v, k)
+    if _ndim(v) != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    n = _shape(v)[0] + builtins.abs(k)
+    return S.diagonal_embed(v, shape=(n, n), offset=k, axis1=0, axis2=1)
+
+
+def _triangle(np_fn, name):
+    @traceable(np_fn)
+    def triangle(m, k=0):
+        shape = _shape(m)
+        mask = np_fn(np.ones(shape[-2:], dtype=bool), k)
+        return E.where(mask, m, 0)
+    triangle.traced_body.__name__ = name
+    return triangle
+
+
+triu = _triangle(np.triu, "triu")
+tril = _triangle(np.tril, "tril")
+
+
+@traceable(np.take)
+def take(a, indices, axis=None, out=None, mode=None):
+    _unsupported("take", out=out, mode=mode)
+    indices = unbox_all(indices)
+    if axis is None:
+        return ravel(a)[np.asarray(indices)]
+    axis = axis % _ndim(a)
+    return a[(slice(None),) * axis + (np.asarray(indices),)]
+
+
+@traceable(np.take_along_axis)
+def take_along_axis(arr, indices, axis=-1):
+    indices = np.asarray(unbox_all(indices))
+    if axis is None:
+        return ravel(arr)[indices]
+    nd = _ndim(arr)
+    axis = axis % nd
+    grids = np.ogrid[tuple(slice(n) for n in indices.shape)]
+    index = tuple(indices if d == axis else grids[d] for d in range(nd))
+    return arr[index]
+
+
+@traceable(np.sort)
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    if axis is None:
+        a, axis = ravel(a), -1
+    return take_along_axis(a, np.argsort(unbox(a), axis=axis, kind=kind, stable=stable), axis=axis)
+
+
+@traceable(np.copy)
+def copy(a, order="K", subok=False):
+    return a + 0 if type(a) is Tracer else np.copy(a)
+
+
+def astype(x, dtype, /, *, copy=True, device=None):
+    """``x.astype(dtype)``; casting to a non-float dtype ends differentiation (zero gradient)."""
+    if type(x) is not Tracer:
+        return np.asarray(x).astype(dtype, copy=copy)
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.inexact):
+        return unbox(x).astype(dtype)
+    if dtype == x.dtype:
+        return x
+    return S.astype(x, dtype=dtype)
+
+
+def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):  # noqa: A002
+    """``np.array`` that also accepts (nested lists of) traced values, stacking them."""
+    if not _contains_tracer(object):
+        return np.array(object, dtype=dtype, copy=copy, order=order, subok=subok, ndmin=ndmin)
+    out = _stack_nested(object)
+    if dtype is not None:
+        out = astype(out, dtype)
+    if ndmin > out.ndim:
+        out = reshape(out, (1,) * (ndmin - out.ndim) + out.shape)
+    return out
+
+
+def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
+    """``np.asarray``; traced values (and Buffers) are returned as traced values."""
+    if hasattr(a, "__wengert_array__"):
+        a = a.__wengert_array__()
+    if not _contains_tracer(a):
+        return np.asarray(a, dtype=dtype, order=order)
+    out = a if type(a) is Tracer else _stack_nested(a)
+    return astype(out, dtype) if dtype is not None else out
+
+
+def _contains_tracer(x):
+    if type(x) is Tracer:
+        return True
+    if type(x) in (list, tuple):
+        return builtins.any(_contains_tracer(v) for v in x)
+    return False
+
+
+def _stack_nested(x):
+    if type(x) in (list, tuple):
+        return stack([_stack_nested(v) for v in x])
+    return x if type(x) is Tracer else np.asarray(x)
+
+
+# --- functions without a gradient: they read traced values and return plain arrays --------------
+_NONDIFF = """
+argmax argmin argsort argwhere nonzero flatnonzero sign floor ceil round around rint trunc fix
+isnan isinf isfinite isclose allclose array_equal array_equiv equal not_equal less less_equal
+greater greater_equal logical_and logical_or logical_not logical_xor floor_divide any all
+count_nonzero searchsorted shape ndim size zeros_like ones_like empty_like full_like unique
+signbit heaviside digitize histogram bincount result_type iscomplexobj isrealobj isscalar
+nanargmax nanargmin lexsort bitwise_and bitwise_or bitwise_xor invert left_shift right_shift
+gcd lcm spacing nextafter sometrue alltrue
+""".split()
+
+for _name in _NONDIFF:
+    if hasattr(np, _name):
+        globals()[_name] = nondiff(getattr(np, _name))
+del _name
+
+
+
+_NOT_EXPORTED = {"annotations", "builtins", "functools", "np", "opt_einsum", "Tracer", "unbox", "C", "E",
+                 "R", "S", "nondiff", "unbox_all", "traceable"}
+__all__ = [n for n in list(globals()) if not n.startswith("_") and n not in _NOT_EXPORTED]

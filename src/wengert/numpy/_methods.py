@@ -1,0 +1,213 @@
+"""Make a Tracer behave like an ndarray: operators, methods, properties and NumPy's protocols.
+
+``np.sin(tracer)`` reaches ``__array_ufunc__`` and ``np.mean(tracer)`` reaches
+``__array_function__``; both look the NumPy function up in the tables built here from the names
+``wengert.numpy`` defines, so existing NumPy code is traced unchanged where a rule exists, and
+gets a clear error where none does.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ..core.errors import NoDerivativeError
+from ..core.trace import Tracer, unbox
+from ..primitives import elementwise as E
+from ..primitives import shape as S
+from ..primitives._table import unbox_all
+
+UFUNCS = {}
+FUNCTIONS = {}
+
+
+def build_dispatch_tables(namespace, numpy_module, prefix=""):
+    """Map each NumPy function or ufunc to the ``wengert.numpy`` function of the same name."""
+    for name, fn in vars(namespace).items():
+        if name.startswith("_") or not callable(fn):
+            continue
+        original = getattr(numpy_module, name, None)
+        if original is None or original is fn:
+            continue
+        if isinstance(original, np.ufunc):
+            UFUNCS[original] = fn
+        elif callable(original) and not isinstance(original, type):
+            FUNCTIONS[original] = fn
+
+
+def _clean_index(index):
+    """Indices are never differentiated: read traced values (and lists) as plain arrays."""
+    if type(index) is tuple:
+        return tuple(_clean_index(i) for i in index)
+    if type(index) is Tracer:
+        return unbox(index)
+    if type(index) is list:
+        return np.asarray(unbox_all(index))
+    return index
+
+
+def _getitem(self, index):
+    t = type(index)
+    if t is int or t is slice:
+        return S.getitem(self, index=index)
+    return S.getitem(self, index=_clean_index(index))
+
+
+def _setitem(self, index, value):
+    hook = _SETITEM[0]
+    if hook is None:
+        raise TypeError(
+            "Item assignment into a traced array is not supported: use x.at[idx].set(v), which "
+            "returns a new array, or build the result with wengert.Buffer."
+        )
+    hook(self, index, value)
+
+
+_SETITEM = [None]
+
+
+def _len(self):
+    shape = self.shape
+    if not shape:
+        raise TypeError("len() of unsized object")
+    return shape[0]
+
+
+def _iter(self):
+    for i in range(_len(self)):
+        yield S.getitem(self, index=i)
+
+
+def _repr(self):
+    value = unbox(self)
+    return f"Tracer(level={self._trace.level}, shape={np.shape(value)}, dtype={np.asarray(value).dtype}, value={value!r})"
+
+
+def _array(self, dtype=None, copy=None):
+    raise TypeError(
+        "A traced value cannot be written into a plain NumPy array (np.asarray / np.array on a "
+        "value being differentiated would silently drop its gradient). Use wengert.numpy "
+        "(wnp.asarray, wnp.stack, wnp.concatenate) to build arrays from traced values, or "
+        "float(x) / x.item() when you need the number itself for control flow."
+    )
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    if kwargs.get("out") is not None:
+        raise TypeError(
+            f"numpy.{ufunc.__name__}(..., out=...) writes into a plain array, which would drop the "
+            "gradient of a traced value; use the returned value instead"
+        )
+    if method == "__call__":
+        fn = UFUNCS.get(ufunc)
+        if fn is None:
+            raise NoDerivativeError(f"numpy.{ufunc.__name__}")
+        kwargs.pop("out", None)
+        if kwargs:
+            raise TypeError(f"numpy.{ufunc.__name__}: the options {sorted(kwargs)} are not supported on traced values")
+        return fn(*inputs)
+    reductions = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min"}
+    if method == "reduce" and ufunc in reductions:
+        from .. import numpy as wnp
+        kwargs.pop("out", None)
+        axis = kwargs.pop("axis", 0)
+        return getattr(wnp, reductions[ufunc])(inputs[0], axis=axis, **kwargs)
+    raise NoDerivativeError(f"numpy.{ufunc.__name__}.{method}")
+
+
+def _array_function(self, func, types, args, kwargs):
+    fn = FUNCTIONS.get(func)
+    if fn is None:
+        raise NoDerivativeError(f"numpy.{getattr(func, '__module__', 'numpy')}.{func.__name__}".replace("numpy.numpy", "numpy"))
+    return fn(*args, **kwargs)
+
+
+def _compare(op):
+    return lambda self, other: op(unbox(self), unbox(other))
+
+
+def install(wnp):
+    """Attach ndarray behaviour to Tracer, calling the functions of namespace ``wnp``."""
+    T = Tracer
+    T.shape = property(lambda self: np.shape(self.value) if type(self.value) is not Tracer else self.value.shape)
+    T.ndim = property(lambda self: len(self.shape))
+    T.size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    T.dtype = property(lambda self: unbox(self).dtype if hasattr(unbox(self), "dtype") else np.asarray(unbox(self)).dtype)
+    T.T = property(lambda self: wnp.transpose(self))
+    T.mT = property(lambda self: wnp.swapaxes(self, -1, -2))
+    T.real = property(lambda self: self)
+    T.imag = property(lambda self: wnp.zeros_like(self))
+
+    T.__add__ = lambda self, other: E.add(self, other)
+    T.__radd__ = lambda self, other: E.add(other, self)
+    T.__sub__ = lambda self, other: E.subtract(self, other)
+    T.__rsub__ = lambda self, other: E.subtract(other, self)
+    T.__mul__ = lambda self, other: E.multiply(self, other)
+    T.__rmul__ = lambda self, other: E.multiply(other, self)
+    T.__truediv__ = lambda self, other: E.divide(self, other)
+    T.__rtruediv__ = lambda self, other: E.divide(other, self)
+    T.__pow__ = lambda self, other: E.power(self, other)
+    T.__rpow__ = lambda self, other: E.power(other, self)
+    T.__mod__ = lambda self, other: E.remainder(self, other)
+    T.__rmod__ = lambda self, other: E.remainder(other, self)
+    T.__floordiv__ = lambda self, other: np.floor_divide(unbox(self), unbox(other))
+    T.__rfloordiv__ = lambda self, other: np.floor_divide(unbox(other), unbox(self))
+    T.__matmul__ = lambda self, other: wnp.matmul(self, other)
+    T.__rmatmul__ = lambda self, other: wnp.matmul(other, self)
+    T.__neg__ = lambda self: E.negative(self)
+    T.__pos__ = lambda self: self
+    T.__abs__ = lambda self: E.absolute(self)
+    for name in ("lt", "le", "gt", "ge", "eq", "ne"):
+        setattr(T, f"__{name}__", _compare(getattr(operator, name)))
+    T.__hash__ = None
+
+    T.__getitem__ = _getitem
+    T.__setitem__ = _setitem
+    T.__len__ = _len
+    T.__iter__ = _iter
+    T.__float__ = lambda self: float(unbox(self))
+    T.__int__ = lambda self: int(unbox(self))
+    T.__complex__ = lambda self: complex(unbox(self))
+    T.__bool__ = lambda self: bool(unbox(self))
+    T.__repr__ = _repr
+    T.__array__ = _array
+    T.__array_ufunc__ = _array_ufunc
+    T.__array_function__ = _array_function
+
+    T.sum = lambda self, axis=None, dtype=None, out=None, keepdims=False: wnp.sum(self, axis, dtype, out, keepdims)
+    T.mean = lambda self, axis=None, dtype=None, out=None, keepdims=False: wnp.mean(self, axis, dtype, out, keepdims)
+    T.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False: wnp.prod(self, axis, dtype, out, keepdims)
+    T.max = lambda self, axis=None, out=None, keepdims=False: wnp.max(self, axis, out, keepdims)
+    T.min = lambda self, axis=None, out=None, keepdims=False: wnp.min(self, axis, out, keepdims)
+    T.var = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: wnp.var(self, axis, dtype, out, ddof, keepdims)
+    T.std = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: wnp.std(self, axis, dtype, out, ddof, keepdims)
+    T.cumsum = lambda self, axis=None, dtype=None, out=None: wnp.cumsum(self, axis, dtype, out)
+    T.cumprod = lambda self, axis=None, dtype=None, out=None: wnp.cumprod(self, axis, dtype, out)
+    T.reshape = lambda self, *shape, order="C": wnp.reshape(
+        self, shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape, order=order)
+    T.transpose = lambda self, *axes: wnp.transpose(
+        self, None if not axes else (axes[0] if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)) else axes))
+    T.swapaxes = lambda self, axis1, axis2: wnp.swapaxes(self, axis1, axis2)
+    T.dot = lambda self, b, out=None: wnp.dot(self, b, out)
+    T.astype = lambda self, dtype, order="K", casting="unsafe", subok=True, copy=True: wnp.astype(self, dtype)
+    T.clip = lambda self, min=None, max=None, out=None, **kw: wnp.clip(self, min, max, out, **kw)
+    T.flatten = lambda self, order="C": wnp.ravel(self, order)
+    T.ravel = lambda self, order="C": wnp.ravel(self, order)
+    T.squeeze = lambda self, axis=None: wnp.squeeze(self, axis)
+    T.repeat = lambda self, repeats, axis=None: wnp.repeat(self, repeats, axis)
+    T.take = lambda self, indices, axis=None, out=None, mode=None: wnp.take(self, indices, axis, out, mode)
+    T.diagonal = lambda self, offset=0, axis1=0, axis2=1: wnp.diagonal(self, offset, axis1, axis2)
+    T.trace = lambda self, offset=0, axis1=0, axis2=1, dtype=None, out=None: wnp.trace(self, offset, axis1, axis2, dtype, out)
+    T.copy = lambda self, order="C": wnp.copy(self)
+    T.conj = T.conjugate = lambda self: self
+    T.item = lambda self, *args: unbox(self).item(*args)
+    T.tolist = lambda self: unbox(self).tolist()
+    for name in ("any", "all", "argmax", "argmin", "argsort", "nonzero", "round"):
+        setattr(T, name, _plain_method(name))
+
+
+def _plain_method(name):
+    def method(self, *args, **kwargs):
+        return getattr(unbox(self), name)(*unbox_all(args), **{k: unbox_all(v) for k, v in kwargs.items()})
+    method.__name__ = name
+    return method

@@ -1,0 +1,1 @@
+"""The primitive table, by family. Each module lists implementations with their VJP rules."""

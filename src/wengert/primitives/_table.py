@@ -1,0 +1,65 @@
+"""How the table is declared: ``defprim`` for differentiable operations, ``nondiff`` for the rest.
+
+Each family file under ``primitives/`` is a list of ``defprim`` lines: the NumPy implementation and
+one VJP rule per differentiable argument, side by side. ``unbroadcast`` is the one helper almost
+every binary rule needs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.trace import Primitive, Tracer, unbox
+
+PRIMITIVES = {}
+
+
+def defprim(impl, vjp=None, name=None, multiple_results=False):
+    """Declare a primitive. ``vjp`` is one rule (unary) or a tuple of rules, one per argument."""
+    if vjp is not None and not isinstance(vjp, tuple):
+        vjp = (vjp,)
+    prim = Primitive(name or impl.__name__, impl, vjp=vjp, multiple_results=multiple_results)
+    PRIMITIVES[prim.name] = prim
+    return prim
+
+
+def unbox_all(x):
+    """Strip tracers from ``x`` and from inside lists and tuples (for non-differentiable calls)."""
+    t = type(x)
+    if t is Tracer:
+        return unbox(x)
+    if t is list or t is tuple:
+        return t(unbox_all(v) for v in x)
+    return x
+
+
+def nondiff(fn):
+    """A NumPy function whose result carries no gradient: tracers are read for their values."""
+
+    def call(*args, **kwargs):
+        return fn(*[unbox_all(a) for a in args], **{k: unbox_all(v) for k, v in kwargs.items()})
+
+    call.__name__ = getattr(fn, "__name__", "nondiff")
+    call.__qualname__ = call.__name__
+    call.__doc__ = getattr(fn, "__doc__", None)
+    call.__wrapped__ = fn
+    call.nondiff = True
+    return call
+
+
+def unbroadcast(g, x):
+    """Sum ``g`` over the axes along which ``x`` was broadcast, giving ``x``'s shape."""
+    shape = np.shape(x) if type(x) is not Tracer else x.shape
+    gshape = g.shape
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1
+    )
+    from .reductions import sum_
+    from .shape import reshape
+    return reshape(sum_(g, axis=axes, keepdims=False), shape=shape)
+
+
+def plain_dtype(x):
+    return unbox(x).dtype if hasattr(unbox(x), "dtype") else np.asarray(x).dtype

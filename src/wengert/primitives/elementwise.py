@@ -1,0 +1,127 @@
+"""Elementwise operations (NumPy's ufuncs and where/clip): implementation and VJP, one line each.
+
+Rules reuse the forward output ``ans`` where the derivative is a function of it (exp' = exp,
+tanh' = 1 - tanh^2, sqrt' = 1 / (2 sqrt)): that avoids recomputing a transcendental function in
+the backward pass, which is where naive AD loses most against hand-written gradients.
+Ties in maximum/minimum split the gradient equally between the two arguments.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.trace import unbox
+from ._table import defprim, unbroadcast
+
+LN2 = np.log(2.0)
+LN10 = np.log(10.0)
+
+
+def _tie_share(x, ans, y):
+    """1 where ``x`` is the selected value, 1/2 where ``x`` and ``y`` tie, 0 elsewhere (a constant)."""
+    x, ans, y = unbox(x), unbox(ans), unbox(y)
+    dtype = np.result_type(x, y, np.float16)
+    return ((x == ans) / (1 + (x == y))).astype(dtype, copy=False)
+
+
+def _safe_log(x):
+    """log(x) where x > 0 and 0 elsewhere: d(x**y)/dy is taken as 0 where log(x) is undefined."""
+    plain = unbox(x)
+    return where(plain > 0, log(where(plain > 0, x, 1)), 0)
+
+
+# --- arithmetic --------------------------------------------------------------------------------
+add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x),
+                       lambda g, ans, x, y: unbroadcast(g, y)))
+subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x),
+                                 lambda g, ans, x, y: unbroadcast(negative(g), y)))
+multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(g * y, x),
+                                 lambda g, ans, x, y: unbroadcast(g * x, y)))
+divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x),
+                             lambda g, ans, x, y: unbroadcast(-g * ans / y, y)))
+true_divide = divide
+negative = defprim(np.negative, lambda g, ans, x: negative(g))
+positive = defprim(np.positive, lambda g, ans, x: g)
+power = defprim(np.power, (lambda g, ans, x, y: unbroadcast(g * y * power(x, y - 1), x),
+                           lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y)))
+float_power = defprim(np.float_power, (
+    lambda g, ans, x, y: unbroadcast(g * y * float_power(x, y - 1), x),
+    lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y)))
+square = defprim(np.square, lambda g, ans, x: g * 2 * x)
+sqrt = defprim(np.sqrt, lambda g, ans, x: g * 0.5 / ans)
+cbrt = defprim(np.cbrt, lambda g, ans, x: g / (3 * ans * ans))
+reciprocal = defprim(np.reciprocal, lambda g, ans, x: -g * ans * ans)
+remainder = defprim(np.remainder, (lambda g, ans, x, y: unbroadcast(g, x),
+                                   lambda g, ans, x, y: unbroadcast(-g * np.floor_divide(unbox(x), unbox(y)), y)))
+mod = remainder
+fmod = defprim(np.fmod, (lambda g, ans, x, y: unbroadcast(g, x),
+                         lambda g, ans, x, y: unbroadcast(-g * np.trunc(unbox(x) / unbox(y)), y)))
+
+# --- exponentials and logarithms ------------------------------------------------------------
+exp = defprim(np.exp, lambda g, ans, x: g * ans)
+exp2 = defprim(np.exp2, lambda g, ans, x: g * ans * LN2)
+expm1 = defprim(np.expm1, lambda g, ans, x: g * (ans + 1))
+log = defprim(np.log, lambda g, ans, x: g / x)
+log2 = defprim(np.log2, lambda g, ans, x: g / (x * LN2))
+log10 = defprim(np.log10, lambda g, ans, x: g / (x * LN10))
+log1p = defprim(np.log1p, lambda g, ans, x: g / (x + 1))
+logaddexp = defprim(np.logaddexp, (lambda g, ans, x, y: unbroadcast(g * exp(x - ans), x),
+                                   lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y)))
+logaddexp2 = defprim(np.logaddexp2, (lambda g, ans, x, y: unbroadcast(g * exp2(x - ans), x),
+                                     lambda g, ans, x, y: unbroadcast(g * exp2(y - ans), y)))
+
+# --- trigonometric and hyperbolic -------------------------------------------------------------
+sin = defprim(np.sin, lambda g, ans, x: g * cos(x))
+cos = defprim(np.cos, lambda g, ans, x: -g * sin(x))
+tan = defprim(np.tan, lambda g, ans, x: g * (1 + ans * ans))
+arcsin = defprim(np.arcsin, lambda g, ans, x: g / sqrt(1 - x * x))
+arccos = defprim(np.arccos, lambda g, ans, x: -g / sqrt(1 - x * x))
+arctan = defprim(np.arctan, lambda g, ans, x: g / (1 + x * x))
+sinh = defprim(np.sinh, lambda g, ans, x: g * cosh(x))
+cosh = defprim(np.cosh, lambda g, ans, x: g * sinh(x))
+tanh = defprim(np.tanh, lambda g, ans, x: g * (1 - ans * ans))
+arcsinh = defprim(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
+arccosh = defprim(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
+arctanh = defprim(np.arctanh, lambda g, ans, x: g / (1 - x * x))
+arctan2 = defprim(np.arctan2, (lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y),
+                               lambda g, ans, y, x: unbroadcast(-g * y / (x * x + y * y), x)))
+hypot = defprim(np.hypot, (lambda g, ans, x, y: unbroadcast(g * x / ans, x),
+                           lambda g, ans, x, y: unbroadcast(g * y / ans, y)))
+deg2rad = defprim(np.deg2rad, lambda g, ans, x: g * (np.pi / 180))
+rad2deg = defprim(np.rad2deg, lambda g, ans, x: g * (180 / np.pi))
+radians, degrees = deg2rad, rad2deg
+
+# --- absolute value, extrema, selection ---------------------------------------------------------
+absolute = defprim(np.absolute, lambda g, ans, x: g * np.sign(unbox(x)))
+abs = absolute  # noqa: A001 - NumPy's name
+fabs = defprim(np.fabs, lambda g, ans, x: g * np.sign(unbox(x)))
+maximum = defprim(np.maximum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
+minimum = defprim(np.minimum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
+fmax = defprim(np.fmax, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
+fmin = defprim(np.fmin, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
+where = defprim(np.where, (None,
+                           lambda g, ans, c, x, y: unbroadcast(where(c, g, 0), x),
+                           lambda g, ans, c, x, y: unbroadcast(where(c, 0, g), y)), name="where")
+
+
+def _clip(x, lo, hi):
+    return np.clip(x, lo, hi)
+
+
+def _inside(x, lo, hi):
+    x = unbox(x)
+    inside = np.ones(np.shape(x), bool)
+    if lo is not None:
+        inside &= x >= unbox(lo)
+    if hi is not None:
+        inside &= x <= unbox(hi)
+    return inside
+
+
+clip = defprim(_clip, (lambda g, ans, x, lo, hi: unbroadcast(where(_inside(x, lo, hi), g, 0), x),
+                       lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) < unbox(lo), g, 0), lo),
+                       lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) > unbox(hi), g, 0), hi)),
+               name="clip")

@@ -1,0 +1,123 @@
+"""Reductions and scans: sum, max/min, prod, cumsum, cumprod.
+
+Mean, var, std and average are compositions of these (see ``wengert.numpy``). The gradient of
+max/min is shared equally among tied elements, so it is the average of the one-sided derivatives.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.trace import unbox
+from ._table import defprim
+
+
+def _axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        return tuple(sorted(a % ndim for a in axis))
+    return (axis % ndim,)
+
+
+def _expand_to(g, shape, axis, keepdims):
+    """Put back the reduced axes of ``g`` (as size 1) and broadcast it to ``shape``."""
+    from .shape import broadcast_to, reshape
+    if not keepdims:
+        kept = list(shape)
+        for a in _axes(axis, len(shape)):
+            kept[a] = 1
+        g = reshape(g, shape=tuple(kept))
+    return broadcast_to(g, shape=shape)
+
+
+def _sum(x, axis=None, keepdims=False):
+    return np.sum(x, axis=axis, keepdims=keepdims)
+
+
+def _max(x, axis=None, keepdims=False):
+    return np.max(x, axis=axis, keepdims=keepdims)
+
+
+def _min(x, axis=None, keepdims=False):
+    return np.min(x, axis=axis, keepdims=keepdims)
+
+
+def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
+    plain_x = unbox(x)
+    selected = plain_x == _expand_to(unbox(ans), plain_x.shape, axis, keepdims)
+    count = np.sum(selected, axis=axis, keepdims=True)
+    share = (selected / count).astype(np.result_type(plain_x, np.float16), copy=False)
+    return _expand_to(g, plain_x.shape, axis, keepdims) * share
+
+
+sum_ = defprim(_sum, lambda g, ans, x, axis=None, keepdims=False: _expand_to(g, x.shape, axis, keepdims),
+               name="sum")
+max_ = defprim(_max, _extremum_vjp, name="max")
+min_ = defprim(_min, _extremum_vjp, name="min")
+
+
+def _prod(x, axis=None, keepdims=False):
+    return np.prod(x, axis=axis, keepdims=keepdims)
+
+
+def _prod_vjp(g, ans, x, axis=None, keepdims=False):
+    """g times the product of all *other* elements: exclusive cumulative products, safe at zeros."""
+    from . import shape as sh
+    plain = unbox(x)
+    axes = _axes(axis, plain.ndim)
+    rest = tuple(a for a in range(plain.ndim) if a not in axes)
+    moved = sh.transpose(x, axes=rest + axes)
+    flat = sh.reshape(moved, shape=tuple(plain.shape[a] for a in rest) + (-1,))
+    others = _exclusive_cumprod(flat) * sh.flip(_exclusive_cumprod(sh.flip(flat, axis=-1)), axis=-1)
+    others = sh.reshape(others, shape=moved.shape)
+    others = sh.transpose(others, axes=tuple(np.argsort(rest + axes)))
+    return _expand_to(g, plain.shape, axis, keepdims) * others
+
+
+def _exclusive_cumprod(x):
+    """[1, x0, x0 x1, ...] along the last axis."""
+    from .shape import concatenate, getitem
+    ones = np.ones(x.shape[:-1] + (1,), unbox(x).dtype)
+    return cumprod(concatenate(ones, getitem(x, index=(Ellipsis, slice(None, -1))), axis=-1), axis=-1)
+
+
+prod = defprim(_prod, _prod_vjp)
+
+
+def _cumsum(x, axis):
+    return np.cumsum(x, axis=axis)
+
+
+def _reverse_cumsum(g, axis):
+    from .shape import flip
+    return flip(cumsum(flip(g, axis=axis), axis=axis), axis=axis)
+
+
+cumsum = defprim(_cumsum, lambda g, ans, x, axis: _reverse_cumsum(g, axis))
+
+
+def _cumprod(x, axis):
+    return np.cumprod(x, axis=axis)
+
+
+def _cumprod_vjp(g, ans, x, axis):
+    """sum_{k>=j} g_k ans_k / x_j; where x has zeros, the exact O(n^2) form is used instead."""
+    if np.all(unbox(x) != 0):
+        return _reverse_cumsum(g * ans, axis) / x
+    return _cumprod_vjp_with_zeros(unbox(g), unbox(x), axis)
+
+
+def _cumprod_vjp_with_zeros(g, x, axis):
+    x_ = np.moveaxis(x, axis, -1)
+    g_ = np.moveaxis(g, axis, -1)
+    n = x_.shape[-1]
+    out = np.zeros(x_.shape, np.result_type(x_, g_))
+    for j in range(n):
+        others = x_.copy()
+        others[..., j] = 1
+        partial = np.cumprod(others, axis=-1)
+        out[..., j] = np.sum(g_[..., j:] * partial[..., j:], axis=-1)
+    return np.moveaxis(out, -1, axis)
+
+
+cumprod = defprim(_cumprod, _cumprod_vjp)

@@ -1,0 +1,166 @@
+"""Moving elements around: reshape, transpose, broadcast, concatenate, indexing, flips, diagonals.
+
+Most of NumPy's shape functions (stack, tile, repeat, split, moveaxis, ...) are compositions of
+these few, written in ``wengert.numpy``; only operations with a cheaper rule than their
+composition are primitives. Indexing reads send back an ``IndexedCotangent`` so every read of one
+array lands in one buffer (see ``core/backward.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.backward import IndexedCotangent
+from ..core.trace import Tracer, unbox
+from ._table import defprim, unbroadcast
+
+
+def _reshape(x, shape):
+    return np.reshape(x, shape)
+
+
+def _transpose(x, axes=None):
+    return np.transpose(x, axes)
+
+
+def _inverse_axes(axes, ndim):
+    if axes is None:
+        return None
+    return tuple(np.argsort([a % ndim for a in axes]))
+
+
+def _broadcast_to(x, shape):
+    return np.broadcast_to(x, shape)
+
+
+reshape = defprim(_reshape, lambda g, ans, x, shape: reshape(g, shape=np.shape(x) if type(x) is not Tracer
+                                                            else x.shape), name="reshape")
+transpose = defprim(_transpose, lambda g, ans, x, axes=None: transpose(g, axes=_inverse_axes(axes, g.ndim)),
+                    name="transpose")
+broadcast_to = defprim(_broadcast_to, lambda g, ans, x, shape: unbroadcast(g, x), name="broadcast_to")
+
+
+def _astype(x, dtype):
+    return x.astype(dtype)
+
+
+astype = defprim(_astype, lambda g, ans, x, dtype: astype(g, dtype=unbox(x).dtype), name="astype")
+
+
+def _concatenate(*arrays, axis=0):
+    return np.concatenate(arrays, axis=axis)
+
+
+def _concatenate_vjp(position):
+    def rule(g, ans, *arrays, axis=0):
+        start = sum(arrays[i].shape[axis] for i in range(position))
+        index = (slice(None),) * (axis % g.ndim) + (slice(start, start + arrays[position].shape[axis]),)
+        return getitem(g, index=index)
+    return rule
+
+
+class _ConcatenateRules(tuple):
+    """One rule per operand, for any number of operands (created on demand)."""
+
+    def __getitem__(self, position):
+        return _concatenate_vjp(position)
+
+
+concatenate = defprim(_concatenate, name="concatenate")
+concatenate.vjp = _ConcatenateRules()
+concatenate.keep_args = None
+concatenate.keep_ans = False
+
+
+# --- indexing ------------------------------------------------------------------------------------
+def _is_basic(index):
+    """True when ``index`` selects a view (ints, slices, None, Ellipsis): no element repeats."""
+    if type(index) is not tuple:
+        index = (index,)
+    for i in index:
+        if not (i is None or i is Ellipsis or type(i) is slice or isinstance(i, (int, np.integer))):
+            return False
+    return True
+
+
+def _getitem(x, index):
+    return x[index]
+
+
+def _getitem_vjp(g, ans, x, index):
+    plain_x = unbox(x)
+    if type(g) is Tracer:
+        return index_add(np.zeros(plain_x.shape, plain_x.dtype), g, index=index)
+    return IndexedCotangent(index, g, plain_x.shape, np.result_type(plain_x, g), _is_basic(index))
+
+
+getitem = defprim(_getitem, _getitem_vjp, name="getitem")
+
+
+def _index_add(base, values, index):
+    out = np.array(base, copy=True)
+    if _is_basic(index):
+        out[index] += values
+    else:
+        np.add.at(out, index, values)
+    return out
+
+
+index_add = defprim(_index_add, (lambda g, ans, base, values, index: g,
+                                 lambda g, ans, base, values, index: unbroadcast(getitem(g, index=index), values)),
+                    name="index_add")
+
+
+# --- flips, rolls, diagonals, padding ------------------------------------------------------------
+def _flip(x, axis=None):
+    return np.flip(x, axis)
+
+
+flip = defprim(_flip, lambda g, ans, x, axis=None: flip(g, axis=axis), name="flip")
+
+
+def _roll(x, shift, axis=None):
+    return np.roll(x, shift, axis)
+
+
+roll = defprim(_roll, lambda g, ans, x, shift, axis=None: roll(g, shift=_negate(shift), axis=axis), name="roll")
+
+
+def _negate(shift):
+    return tuple(-s for s in shift) if isinstance(shift, (tuple, list)) else -shift
+
+
+def _diagonal(x, offset=0, axis1=0, axis2=1):
+    return np.diagonal(x, offset, axis1, axis2)
+
+
+def _diagonal_vjp(g, ans, x, offset=0, axis1=0, axis2=1):
+    plain = unbox(x)
+    return diagonal_embed(g, shape=plain.shape, offset=offset, axis1=axis1, axis2=axis2)
+
+
+def _diagonal_embed(g, shape, offset=0, axis1=0, axis2=1):
+    """Zeros of ``shape`` with ``g`` written on the diagonal that ``np.diagonal`` would read."""
+    out = np.zeros(shape, g.dtype)
+    view = np.diagonal(out, offset, axis1, axis2)
+    view.setflags(write=True)
+    view[...] = g
+    return out
+
+
+diagonal = defprim(_diagonal, _diagonal_vjp, name="diagonal")
+diagonal_embed = defprim(
+    _diagonal_embed,
+    lambda g, ans, d, shape, offset=0, axis1=0, axis2=1: diagonal(g, offset=offset, axis1=axis1, axis2=axis2),
+    name="diagonal_embed")
+
+
+def _pad_constant(x, pad_width, constant_values=0):
+    return np.pad(x, pad_width, mode="constant", constant_values=constant_values)
+
+
+def _unpad(g, ans, x, pad_width, constant_values=0):
+    index = tuple(slice(before, before + n) for (before, _), n in zip(pad_width, x.shape))
+    return getitem(g, index=index)
+
+
+pad_constant = defprim(_pad_constant, _unpad, name="pad_constant")

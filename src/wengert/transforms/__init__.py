@@ -1,0 +1,1 @@
+"""Transforms over the primitive table: reverse mode now; forward mode, vmap and jit later."""

@@ -1,0 +1,271 @@
+"""Reverse-mode transforms: vjp, grad, value_and_grad, jacobian, hessian.
+
+All of them are the same three steps: open a trace and wrap the chosen arguments' leaves as its
+inputs; run the function; walk the tape backward from the outputs' cotangents.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from ..core import tree
+from ..core.backward import backward
+from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
+from ..core.trace import Tracer, close_trace, new_input, new_trace, unbox
+
+
+def _argnames(f, count):
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(count):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            names.append(params[i].name)
+        else:
+            names.append(None)
+    return names
+
+
+def _describe(f, argnum, path):
+    names = _argnames(f, argnum + 1)
+    name = f" ({names[argnum]})" if names[argnum] else ""
+    return f"argument {argnum}{name}{tree.path_str(path)}"
+
+
+def _as_input(leaf, f, argnum, path):
+    """Check a leaf to be differentiated and return it as an array (or an outer tracer)."""
+    plain = unbox(leaf)
+    if isinstance(plain, (bool, int, float, complex)):
+        dtype = np.asarray(plain).dtype
+    else:
+        dtype = getattr(plain, "dtype", None)
+    if dtype is None or not np.issubdtype(dtype, np.inexact):
+        what = type(plain).__name__ if dtype is None else f"of dtype {dtype}"
+        raise NonDifferentiableInputError(
+            f"{_describe(f, argnum, path)} is {what}; only floating-point (or complex) values "
+            "can be differentiated. Pass a float array (e.g. x.astype(float)), or leave this "
+            "argument out of argnums."
+        )
+    if type(leaf) is Tracer:
+        return leaf
+    return np.asarray(leaf)
+
+
+def _normalize_argnums(argnums, nargs, f):
+    many = isinstance(argnums, (tuple, list))
+    nums = tuple(argnums) if many else (argnums,)
+    for a in nums:
+        if not isinstance(a, int):
+            raise TypeError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
+        if not -nargs <= a < nargs:
+            raise ValueError(
+                f"argnums={argnums!r} but {getattr(f, '__name__', 'f')} was called with "
+                f"{nargs} positional argument(s)"
+            )
+    return tuple(a % nargs for a in nums), many
+
+
+class _Recording:
+    """The result of running ``f`` on traced inputs: everything the backward pass needs."""
+
+    def __init__(self, f, args, argnums, has_aux):
+        self.trace = trace = new_trace()
+        self.argnums = argnums
+        self.in_defs = []
+        self.in_leaves = []
+        self.input_indices = []
+        args = list(args)
+        try:
+            for a in argnums:
+                pairs, treedef = tree.flatten_with_paths(args[a])
+                wrapped = []
+                for path, leaf in pairs:
+                    value = _as_input(leaf, f, a, path)
+                    tracer = new_input(value, trace)
+                    wrapped.append(tracer)
+                    self.in_leaves.append(leaf)
+                    self.input_indices.append(tracer.index)
+                self.in_defs.append(treedef)
+                args[a] = tree.unflatten(treedef, wrapped)
+            out = f(*args)
+        finally:
+            close_trace(trace)
+        if has_aux:
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TypeError("has_aux=True: the function must return a pair (output, aux)")
+            out, aux = out
+            self.aux = tree.map(self.unwrap, aux)
+        out_leaves, self.out_def = tree.flatten(out)
+        self.out_indices = [
+            leaf.index if type(leaf) is Tracer and leaf._trace is trace else None
+            for leaf in out_leaves
+        ]
+        self.out_leaves = [self.unwrap(leaf) for leaf in out_leaves]
+        self.out = tree.unflatten(self.out_def, self.out_leaves)
+
+    def unwrap(self, leaf):
+        if type(leaf) is Tracer and leaf._trace is self.trace:
+            return leaf.value
+        return leaf
+
+    def pull(self, out_cts, keep_tape):
+        """Input cotangents (a tuple over argnums of pytrees) for output cotangents ``out_cts``."""
+        seeds = [(i, ct) for i, ct in zip(self.out_indices, out_cts) if i is not None and ct is not None]
+        tape = self.trace.tape
+        cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
+        grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
+        out, start = [], 0
+        for treedef in self.in_defs:
+            out.append(tree.unflatten(treedef, grads[start:start + treedef.num_leaves]))
+            start += treedef.num_leaves
+        return tuple(out)
+
+
+def _finish(g, leaf):
+    """An input's gradient in the input's own shape and dtype; zeros where nothing flowed."""
+    plain = unbox(leaf)
+    dtype = np.asarray(plain).dtype if not hasattr(plain, "dtype") else plain.dtype
+    if g is None:
+        g = np.zeros(np.shape(plain), dtype)
+    elif type(g) is not Tracer:
+        if getattr(g, "dtype", None) != dtype:
+            g = np.asarray(g).astype(dtype)
+        if np.shape(g) != np.shape(plain):
+            g = np.broadcast_to(g, np.shape(plain)).copy()
+    elif g.dtype != dtype:
+        g = g.astype(dtype)
+    if isinstance(plain, (float, complex)) and type(g) is not Tracer:
+        return np.asarray(g)[()]
+    return g
+
+
+def vjp(f, *primals, has_aux=False):
+    """Run ``f(*primals)``; return ``(out, vjp_fn)`` (and ``aux``), ``vjp_fn(ct)`` a tuple of cotangents.
+
+    ``vjp_fn`` may be called many times; the tape lives as long as ``vjp_fn`` does.
+    """
+    rec = _Recording(f, primals, tuple(range(len(primals))), has_aux)
+
+    def vjp_fn(ct):
+        ct_leaves, ct_def = tree.flatten(ct)
+        if ct_def != rec.out_def:
+            raise ValueError(
+                f"vjp_fn: the cotangent's structure {ct_def!r} differs from the output's {rec.out_def!r}"
+            )
+        for c, o in zip(ct_leaves, rec.out_leaves):
+            if np.shape(c) != np.shape(o):
+                raise ValueError(
+                    f"vjp_fn: cotangent of shape {np.shape(c)} for an output of shape {np.shape(o)}"
+                )
+        return rec.pull(ct_leaves, keep_tape=True)
+
+    if has_aux:
+        return rec.out, vjp_fn, rec.aux
+    return rec.out, vjp_fn
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    """``f``'s value and its gradient with respect to ``argnums``; ``f`` must return a scalar."""
+
+    @functools.wraps(f)
+    def value_and_grad_f(*args):
+        nums, many = _normalize_argnums(argnums, len(args), f)
+        rec = _Recording(f, args, nums, has_aux)
+        if rec.out_def != tree.LEAF or np.ndim(unbox(rec.out)) != 0:
+            shape = np.shape(unbox(rec.out)) if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
+            raise NonScalarOutputError(
+                f"grad of {getattr(f, '__name__', 'f')}: the output must be a scalar, but it has "
+                f"shape {shape}. Use wengert.vjp for a vector-Jacobian product, or "
+                "wengert.jacobian for the full Jacobian (or reduce the output, e.g. with .sum())."
+            )
+        plain = unbox(rec.out)
+        if not np.issubdtype(np.asarray(plain).dtype, np.inexact):
+            raise NonScalarOutputError(
+                f"grad of {getattr(f, '__name__', 'f')}: the output has dtype "
+                f"{np.asarray(plain).dtype}; it must be floating point to be differentiated"
+            )
+        seed = np.ones((), np.asarray(plain).dtype)[()]
+        grads = rec.pull([seed], keep_tape=False)
+        g = grads if many else grads[0]
+        value = rec.out
+        return ((value, rec.aux), g) if has_aux else (value, g)
+
+    return value_and_grad_f
+
+
+def grad(f, argnums=0, has_aux=False):
+    """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``."""
+    vg = value_and_grad(f, argnums, has_aux)
+
+    @functools.wraps(f)
+    def grad_f(*args):
+        (value, g) = vg(*args)
+        if has_aux:
+            return g, value[1]
+        return g
+
+    return grad_f
+
+
+def jacobian(f, argnums=0, has_aux=False):
+    """The Jacobian of ``f`` by reverse mode, one backward pass per output element.
+
+    For an output leaf of shape ``S`` and an input leaf of shape ``T`` the block has shape ``S + T``.
+    The result nests like the output, and inside it like the arguments (a tuple if ``argnums`` is).
+    """
+
+    @functools.wraps(f)
+    def jacobian_f(*args):
+        nums, many = _normalize_argnums(argnums, len(args), f)
+        rec = _Recording(f, args, nums, has_aux)
+        blocks_per_out = []
+        for k, out_leaf in enumerate(rec.out_leaves):
+            out_shape = np.shape(unbox(out_leaf))
+            in_shapes = [np.shape(unbox(leaf)) for leaf in rec.in_leaves]
+            rows = []
+            for e in range(int(np.prod(out_shape, dtype=int))):
+                cts = [None] * len(rec.out_leaves)
+                basis = np.zeros(out_shape, np.result_type(unbox(out_leaf), np.float32) if
+                                 np.issubdtype(np.asarray(unbox(out_leaf)).dtype, np.inexact)
+                                 else np.float64)
+                basis.flat[e] = 1
+                cts[k] = basis
+                rows.append(rec.pull(cts, keep_tape=True))
+            grads = []
+            for a, treedef in enumerate(rec.in_defs):
+                leaves_rows = [tree.flatten(row[a])[0] for row in rows]
+                start = sum(d.num_leaves for d in rec.in_defs[:a])
+                blocks = []
+                for j in range(treedef.num_leaves):
+                    shape = out_shape + in_shapes[start + j]
+                    if not rows:
+                        blocks.append(np.zeros(shape, np.asarray(unbox(rec.in_leaves[start + j])).dtype))
+                        continue
+                    pieces = [r[j] for r in leaves_rows]
+                    blocks.append(_stack(pieces).reshape(shape))
+                grads.append(tree.unflatten(treedef, blocks))
+            blocks_per_out.append(tuple(grads) if many else grads[0])
+        result = tree.unflatten(rec.out_def, blocks_per_out)
+        return (result, rec.aux) if has_aux else result
+
+    return jacobian_f
+
+
+def _stack(pieces):
+    if any(type(p) is Tracer for p in pieces):
+        from .. import numpy as wnp
+        return wnp.stack(pieces)
+    return np.stack([np.asarray(p) for p in pieces])
+
+
+jacrev = jacobian
+
+
+def hessian(f, argnums=0):
+    """The matrix of second derivatives of scalar ``f``: the Jacobian of its gradient."""
+    return jacobian(jacobian(f, argnums), argnums)
