@@ -89,8 +89,7 @@ def backward(tape, seeds, keep_tape=False):
         g = cts[i]
         if g is None:
             continue
-        node = tape[i]
-        prim = node.prim
+        prim, args, ans, params, parents = tape[i]
         if prim is None:
             continue
         cts[i] = None
@@ -100,13 +99,10 @@ def backward(tape, seeds, keep_tape=False):
             g = tuple(
                 np.zeros_like(a) if gi is None and type(a) is not Tracer
                 else (a * 0 if gi is None else gi)
-                for gi, a in zip(g, node.ans)
+                for gi, a in zip(g, ans)
             )
         rules = prim.vjp
-        args = node.args
-        ans = node.ans
-        params = node.params
-        for position, parent in node.parents:
+        for position, parent in parents:
             c = rules[position](g, ans, *args, **params)
             if c is not None:
                 accumulate(cts, owned, parent, c)

@@ -1,6 +1,6 @@
 """The forward half of the engine: traces, tracers, nodes and primitives.
 
-A transform (``grad``, ``vjp``, ...) opens a :class:`Trace`, a Wengert list of :class:`Node` s at
+A transform (``grad``, ``vjp``, ...) opens a :class:`Trace`, a Wengert list of tape entries at
 one nesting level. Every value it differentiates is wrapped in a :class:`Tracer` that points at that
 trace. Calling a :class:`Primitive` on tracers unwraps the innermost level, computes, records one
 node on that level's tape and wraps the answer again. Because a tracer's value may itself be a
@@ -25,21 +25,11 @@ class Trace:
         self.alive = True
 
 
-class Node:
-    """One tape entry: which primitive ran, what its VJP rules need, and which tape entries fed it.
-
-    ``parents`` is a tuple of ``(argument position, tape index)`` for traced arguments only.
-    ``args`` and ``ans`` hold just what the primitive's rules read (see ``Primitive.keeps``).
-    """
-
-    __slots__ = ("prim", "args", "ans", "params", "parents")
-
-    def __init__(self, prim, args, ans, params, parents):
-        self.prim = prim
-        self.args = args
-        self.ans = ans
-        self.params = params
-        self.parents = parents
+# A tape entry is a plain tuple (cheaper to build than an object):
+#   (primitive, arguments the rules read, output if the rules read it, parameters,
+#    parents: a tuple of (argument position, tape index) for the traced arguments)
+# An input of the transform is the entry INPUT.
+INPUT = (None, None, None, None, ())
 
 
 class Tracer:
@@ -74,7 +64,7 @@ def close_trace(trace):
 def new_input(value, trace):
     """Wrap ``value`` as an input of ``trace`` (a tape entry with no primitive)."""
     tape = trace.tape
-    tape.append(Node(None, None, None, None, ()))
+    tape.append(INPUT)
     return Tracer(value, trace, len(tape) - 1)
 
 
@@ -161,34 +151,45 @@ def _what_rules_keep(rules):
 
 def bind(prim, args, params):
     """Run ``prim`` on arguments some of which are tracers, recording one node at the top level."""
-    trace = None
-    for a in args:
-        if type(a) is Tracer:
-            t = a._trace
-            if trace is None or t.level > trace.level:
-                trace = t
+    if len(args) == 1:
+        a = args[0]
+        trace = a._trace
+        vals = [a.value]
+        parents = ((0, a.index),)
+    else:
+        trace = None
+        for a in args:
+            if type(a) is Tracer:
+                t = a._trace
+                if trace is None or t.level > trace.level:
+                    trace = t
+        vals = list(args)
+        parents = []
+        for i, a in enumerate(args):
+            if type(a) is Tracer and a._trace is trace:
+                vals[i] = a.value
+                parents.append((i, a.index))
+        parents = tuple(parents)
     if not trace.alive:
         raise LeakedTracerError(prim.name)
-    vals = list(args)
-    parents = []
-    for i, a in enumerate(args):
-        if type(a) is Tracer and a._trace is trace:
-            vals[i] = a.value
-            parents.append((i, a.index))
-    ans = prim(*vals, **params)
+    for v in vals:
+        if type(v) is Tracer:
+            ans = prim(*vals, **params)
+            break
+    else:
+        ans = prim.impl(*vals, **params)
     if prim.vjp is None:
         return ans
     keep = prim.keep_args
     if keep is not None:
-        n = len(keep)
-        for i in range(len(vals)):
-            if i < n and not keep[i]:
+        for i in range(min(len(keep), len(vals))):
+            if not keep[i]:
                 vals[i] = None
     tape = trace.tape
     if prim.multiple_results:
-        tape.append(Node(prim, vals, ans, params, tuple(parents)))
+        tape.append((prim, vals, ans, params, parents))
         return _select_outputs(ans, trace, len(tape) - 1)
-    tape.append(Node(prim, vals, ans if prim.keep_ans else None, params, tuple(parents)))
+    tape.append((prim, vals, ans if prim.keep_ans else None, params, parents))
     return Tracer(ans, trace, len(tape) - 1)
 
 
@@ -214,6 +215,6 @@ def _select_outputs(ans, trace, index):
     tape = trace.tape
     outs = []
     for k, value in enumerate(ans):
-        tape.append(Node(select, (None,), None, {"position": k, "count": len(ans)}, ((0, index),)))
+        tape.append((select, (None,), None, {"position": k, "count": len(ans)}, ((0, index),)))
         outs.append(Tracer(value, trace, len(tape) - 1))
     return tuple(outs)
