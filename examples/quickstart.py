@@ -1,0 +1,25 @@
+"""A two-minute tour of wengert: grad, value_and_grad over a dict of parameters, check_grads."""
+import numpy as np
+
+import wengert as wg
+import wengert.numpy as wnp
+
+# 1. grad of an ordinary function: d/dx sum(sin(x)**2) = 2 sin(x) cos(x) = sin(2x)
+f = lambda x: wnp.sum(wnp.sin(x) ** 2)
+x = np.linspace(0.0, 1.0, 5)
+print("grad:", wg.grad(f)(x), "\nsin(2x):", np.sin(2 * x))
+
+# 2. value_and_grad with parameters in a dict (any pytree: dicts, lists, tuples, dataclasses)
+def loss(params, x, y):
+    pred = wnp.tanh(x @ params["w"] + params["b"])
+    return wnp.mean((pred - y) ** 2)
+
+rng = np.random.default_rng(0)
+params = {"w": rng.standard_normal((3, 1)), "b": np.zeros(1)}
+xs, ys = rng.standard_normal((8, 3)), rng.standard_normal((8, 1))
+value, grads = wg.value_and_grad(loss)(params, xs, ys)
+print("loss:", value, "| gradient shapes:", {k: g.shape for k, g in grads.items()})
+
+# 3. check_grads: first and second derivatives against finite differences (raises on mismatch)
+wg.check_grads(loss, (params, xs, ys), order=2)
+print("check_grads(order=2): ok")
