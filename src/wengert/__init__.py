@@ -8,6 +8,8 @@
 """
 from . import numpy  # noqa: F401  (installs the ndarray behaviour of tracers)
 from . import tree
+from .buffer import Buffer, at
+from .core.mutation import InPlaceWriteError
 from .core.errors import (LeakedTracerError, NoDerivativeError, NonDifferentiableInputError,
                           NonScalarOutputError, WengertError)
 from .core.trace import Tracer
@@ -17,6 +19,7 @@ from .transforms.reverse import grad, hessian, jacobian, jacrev, value_and_grad,
 __version__ = "0.1.0"
 
 __all__ = [
+    "Buffer", "at", "InPlaceWriteError",
     "grad", "value_and_grad", "vjp", "jacobian", "jacrev", "hessian", "check_grads", "tree",
     "numpy", "Tracer", "WengertError", "LeakedTracerError", "NoDerivativeError",
     "NonDifferentiableInputError", "NonScalarOutputError",

@@ -17,12 +17,16 @@ from .errors import LeakedTracerError
 class Trace:
     """One transform's tape. ``level`` orders nested transforms: the innermost is highest."""
 
-    __slots__ = ("level", "tape", "alive", "__weakref__")
+    __slots__ = ("level", "tape", "alive", "inputs", "written", "saved", "scanned", "__weakref__")
 
     def __init__(self, level):
         self.level = level
         self.tape = []
         self.alive = True
+        self.inputs = []      # the input arrays: in-place writes into them are refused
+        self.written = None   # id(base array) -> tape index of its latest in-place write
+        self.saved = None     # id(base array) -> name of a primitive that saved it (see mutation.py)
+        self.scanned = 0      # how much of the tape ``saved`` covers
 
 
 # A tape entry is a plain tuple (cheaper to build than an object):
@@ -65,6 +69,7 @@ def new_input(value, trace):
     """Wrap ``value`` as an input of ``trace`` (a tape entry with no primitive)."""
     tape = trace.tape
     tape.append(INPUT)
+    trace.inputs.append(value)
     return Tracer(value, trace, len(tape) - 1)
 
 
@@ -75,20 +80,30 @@ def unbox(x):
     return x
 
 
+_METADATA = frozenset(("shape", "dtype", "ndim", "size"))
+
+
 def _names_read(fn):
-    """Names of the local variables that ``fn``'s body reads (used to decide what to keep)."""
+    """Local names ``fn`` reads: ``(for their values, only for shape/dtype/ndim/size)``.
+
+    None when it cannot tell (``*args``/``**kwargs`` rules): then everything is kept.
+    """
     code = getattr(fn, "__code__", None)
-    if code is None:
+    if code is None or code.co_flags & 0x0C:
         return None
-    read = set()
-    for ins in dis.get_instructions(code):
-        if ins.opname.startswith("LOAD_") and ins.opname != "LOAD_CONST":
-            read.add(ins.argval)
-        elif ins.opname == "LOAD_CLOSURE" or ins.opname == "MAKE_CELL":
-            read.add(ins.argval)
-    if code.co_flags & 0x0C:  # *args or **kwargs: cannot tell, keep everything
-        return None
-    return read
+    values, metadata = set(), set()
+    instructions = list(dis.get_instructions(code))
+    for k, ins in enumerate(instructions):
+        if not ins.opname.startswith("LOAD_") or ins.opname in ("LOAD_CONST", "LOAD_GLOBAL", "LOAD_ATTR",
+                                                                  "LOAD_METHOD", "LOAD_NAME"):
+            continue
+        names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+        after = instructions[k + 1] if k + 1 < len(instructions) else None
+        if len(names) == 1 and after is not None and after.opname == "LOAD_ATTR" and after.argval in _METADATA:
+            metadata.add(names[0])
+        else:
+            values.update(names)
+    return values, metadata - values
 
 
 class Primitive:
@@ -103,16 +118,18 @@ class Primitive:
     only those, so intermediates that no rule needs are freed during the forward pass.
     """
 
-    __slots__ = ("name", "impl", "vjp", "jvp", "batch", "keep_ans", "keep_args", "multiple_results")
+    __slots__ = ("name", "impl", "vjp", "fused_vjp", "jvp", "batch", "keep_ans", "keep_args",
+                 "value_args", "multiple_results")
 
-    def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False):
+    def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None):
         self.name = name
         self.impl = impl
         self.vjp = vjp
+        self.fused_vjp = fused_vjp
         self.jvp = jvp
         self.batch = batch
         self.multiple_results = multiple_results
-        self.keep_ans, self.keep_args = _what_rules_keep(vjp)
+        self.keep_ans, self.keep_args, self.value_args = _what_rules_keep(vjp)
 
     def __call__(self, *args, **params):
         for a in args:
@@ -125,28 +142,36 @@ class Primitive:
 
 
 def _what_rules_keep(rules):
-    """(keep ans?, tuple of keep-argument flags or None for keep all) over all of ``rules``."""
+    """What a tape entry keeps for ``rules``: (ans?, per-argument flags, per-argument value flags).
+
+    Flags are None for "keep everything". An argument read only for its shape or dtype is kept
+    (cheaper than copying the metadata out) but not counted as a value the rules depend on, so
+    an in-place write into it later is harmless (see ``wengert.mutation``).
+    """
     if not rules:
-        return False, None
+        return False, None, None
     keep_ans = False
-    flags = None
+    keep = values = None
     for rule in rules:
         if rule is None:
             continue
-        read = _names_read(rule)
         code = getattr(rule, "__code__", None)
-        if read is None or code is None:
-            return True, None
+        read = _names_read(rule)
+        if read is None:
+            return True, None, None
+        value_names, meta_names = read
         names = code.co_varnames[: code.co_argcount]
-        if len(names) >= 2 and names[1] in read:
+        if len(names) >= 2 and names[1] in value_names | meta_names:
             keep_ans = True
-        used = tuple(n in read for n in names[2:])
-        flags = used if flags is None else tuple(a or b for a, b in zip(flags, used))
-        if len(used) != len(flags):
-            return True, None
-    if flags is not None and all(flags):
-        flags = None
-    return keep_ans, flags
+        used = tuple(n in value_names or n in meta_names for n in names[2:])
+        by_value = tuple(n in value_names for n in names[2:])
+        if keep is not None and len(used) != len(keep):
+            return True, None, None
+        keep = used if keep is None else tuple(a or b for a, b in zip(keep, used))
+        values = by_value if values is None else tuple(a or b for a, b in zip(values, by_value))
+    if keep is not None and all(keep):
+        keep = None
+    return keep_ans, keep, values
 
 
 def bind(prim, args, params):
@@ -172,6 +197,9 @@ def bind(prim, args, params):
         parents = tuple(parents)
     if not trace.alive:
         raise LeakedTracerError(prim.name)
+    if trace.written is not None:
+        from .mutation import check_not_stale
+        check_not_stale(trace, args, prim)
     for v in vals:
         if type(v) is Tracer:
             ans = prim(*vals, **params)

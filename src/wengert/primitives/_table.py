@@ -47,8 +47,12 @@ def nondiff(fn):
 
 
 def unbroadcast(g, x):
-    """Sum ``g`` over the axes along which ``x`` was broadcast, giving ``x``'s shape."""
-    shape = np.shape(x) if type(x) is not Tracer else x.shape
+    """Sum ``g`` over the axes along which ``x`` was broadcast, giving ``x``'s shape.
+
+    ``x`` is the argument or its shape; rules pass ``x.shape`` so that the tape knows they need
+    only the argument's shape, not its values.
+    """
+    shape = x if type(x) is tuple else (x.shape if type(x) is Tracer else np.shape(x))
     gshape = g.shape
     if gshape == shape:
         return g

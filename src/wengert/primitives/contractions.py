@@ -30,30 +30,29 @@ def _swap(x):
     return transpose(x, axes=tuple(axes))
 
 
-def _matmul_vjp_a(g, ans, a, b):
+def _as_matrices(g, a, b):
+    """``g``, ``a``, ``b`` with 1-d operands promoted as matmul does: a to (1, n), b to (n, 1)."""
     from .shape import reshape
     if b.ndim == 1:
         g = reshape(g, shape=g.shape + (1,))
-        b = reshape(b, shape=(1, b.shape[0]))
-    else:
-        b = _swap(b)
+        b = reshape(b, shape=(b.shape[0], 1))
     if a.ndim == 1:
         g = reshape(g, shape=g.shape[:-1] + (1, g.shape[-1]))
-        return reshape(unbroadcast(matmul(g, b), np.empty((1, a.shape[0]))), shape=a.shape)
-    return unbroadcast(matmul(g, b), a)
+        a = reshape(a, shape=(1, a.shape[0]))
+    return g, a, b
+
+
+def _matmul_vjp_a(g, ans, a, b):
+    """Promote 1-d operands first (the column before the row), so 1-d @ 1-d works too."""
+    from .shape import reshape
+    g, a2, b = _as_matrices(g, a, b)
+    return reshape(unbroadcast(matmul(g, _swap(b)), a2), shape=a.shape)
 
 
 def _matmul_vjp_b(g, ans, a, b):
     from .shape import reshape
-    if a.ndim == 1:
-        g = reshape(g, shape=g.shape[:-1] + (1, g.shape[-1]))
-        a = reshape(a, shape=(a.shape[0], 1))
-    else:
-        a = _swap(a)
-    if b.ndim == 1:
-        g = reshape(g, shape=g.shape + (1,))
-        return reshape(unbroadcast(matmul(a, g), np.empty((b.shape[0], 1))), shape=b.shape)
-    return unbroadcast(matmul(a, g), b)
+    g, a, b2 = _as_matrices(g, a, b)
+    return reshape(unbroadcast(matmul(_swap(a), g), b2), shape=b.shape)
 
 
 matmul = defprim(_matmul, (_matmul_vjp_a, _matmul_vjp_b), name="matmul")
@@ -78,7 +77,9 @@ def _tensordot_vjp_a(g, ans, a, b, axes=2):
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
     da = tensordot(g, b, axes=(list(range(len(free_a), g.ndim)), free_b))
-    return transpose(da, axes=tuple(np.argsort(free_a + axes_a)))
+    # da's trailing axes follow b's contracted axes in b's order, not the order axes were given in
+    order = free_a + [axes_a[axes_b.index(i)] for i in sorted(axes_b)]
+    return transpose(da, axes=tuple(np.argsort(order)))
 
 
 def _tensordot_vjp_b(g, ans, a, b, axes=2):
@@ -109,7 +110,7 @@ def _dot_vjp_a(g, ans, a, b):
     if a.ndim == 2 and b.ndim == 2:
         return dot(g, _swap(b))
     if a.ndim == 0 or b.ndim == 0:
-        return unbroadcast(g * b, a)
+        return unbroadcast(g * b, a.shape)
     return _tensordot_vjp_a(g, ans, a, b, axes=_dot_as_tensordot(a, b))
 
 
@@ -117,7 +118,7 @@ def _dot_vjp_b(g, ans, a, b):
     if a.ndim == 2 and b.ndim == 2:
         return dot(_swap(a), g)
     if a.ndim == 0 or b.ndim == 0:
-        return unbroadcast(g * a, b)
+        return unbroadcast(g * a, b.shape)
     return _tensordot_vjp_b(g, ans, a, b, axes=_dot_as_tensordot(a, b))
 
 

@@ -30,30 +30,30 @@ def _safe_log(x):
 
 
 # --- arithmetic --------------------------------------------------------------------------------
-add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x),
-                       lambda g, ans, x, y: unbroadcast(g, y)))
-subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x),
-                                 lambda g, ans, x, y: unbroadcast(negative(g), y)))
-multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(g * y, x),
-                                 lambda g, ans, x, y: unbroadcast(g * x, y)))
-divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x),
-                             lambda g, ans, x, y: unbroadcast(-g * ans / y, y)))
+add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
+                       lambda g, ans, x, y: unbroadcast(g, y.shape)))
+subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x.shape),
+                                 lambda g, ans, x, y: unbroadcast(negative(g), y.shape)))
+multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(g * y, x.shape),
+                                 lambda g, ans, x, y: unbroadcast(g * x, y.shape)))
+divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
+                             lambda g, ans, x, y: unbroadcast(-g * ans / y, y.shape)))
 true_divide = divide
 negative = defprim(np.negative, lambda g, ans, x: negative(g))
 positive = defprim(np.positive, lambda g, ans, x: g)
-power = defprim(np.power, (lambda g, ans, x, y: unbroadcast(g * y * power(x, y - 1), x),
-                           lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y)))
+power = defprim(np.power, (lambda g, ans, x, y: unbroadcast(g * y * power(x, y - 1), x.shape),
+                           lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)))
 float_power = defprim(np.float_power, (
-    lambda g, ans, x, y: unbroadcast(g * y * float_power(x, y - 1), x),
-    lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y)))
+    lambda g, ans, x, y: unbroadcast(g * y * float_power(x, y - 1), x.shape),
+    lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)))
 square = defprim(np.square, lambda g, ans, x: g * 2 * x)
 sqrt = defprim(np.sqrt, lambda g, ans, x: g * 0.5 / ans)
 cbrt = defprim(np.cbrt, lambda g, ans, x: g / (3 * ans * ans))
 reciprocal = defprim(np.reciprocal, lambda g, ans, x: -g * ans * ans)
-remainder = defprim(np.remainder, (lambda g, ans, x, y: unbroadcast(g, x),
+remainder = defprim(np.remainder, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                                    lambda g, ans, x, y: unbroadcast(-g * np.floor_divide(unbox(x), unbox(y)), y)))
 mod = remainder
-fmod = defprim(np.fmod, (lambda g, ans, x, y: unbroadcast(g, x),
+fmod = defprim(np.fmod, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                          lambda g, ans, x, y: unbroadcast(-g * np.trunc(unbox(x) / unbox(y)), y)))
 
 # --- exponentials and logarithms ------------------------------------------------------------
@@ -64,10 +64,10 @@ log = defprim(np.log, lambda g, ans, x: g / x)
 log2 = defprim(np.log2, lambda g, ans, x: g / (x * LN2))
 log10 = defprim(np.log10, lambda g, ans, x: g / (x * LN10))
 log1p = defprim(np.log1p, lambda g, ans, x: g / (x + 1))
-logaddexp = defprim(np.logaddexp, (lambda g, ans, x, y: unbroadcast(g * exp(x - ans), x),
-                                   lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y)))
-logaddexp2 = defprim(np.logaddexp2, (lambda g, ans, x, y: unbroadcast(g * exp2(x - ans), x),
-                                     lambda g, ans, x, y: unbroadcast(g * exp2(y - ans), y)))
+logaddexp = defprim(np.logaddexp, (lambda g, ans, x, y: unbroadcast(g * exp(x - ans), x.shape),
+                                   lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y.shape)))
+logaddexp2 = defprim(np.logaddexp2, (lambda g, ans, x, y: unbroadcast(g * exp2(x - ans), x.shape),
+                                     lambda g, ans, x, y: unbroadcast(g * exp2(y - ans), y.shape)))
 
 # --- trigonometric and hyperbolic -------------------------------------------------------------
 sin = defprim(np.sin, lambda g, ans, x: g * cos(x))
@@ -82,10 +82,10 @@ tanh = defprim(np.tanh, lambda g, ans, x: g * (1 - ans * ans))
 arcsinh = defprim(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
 arccosh = defprim(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
 arctanh = defprim(np.arctanh, lambda g, ans, x: g / (1 - x * x))
-arctan2 = defprim(np.arctan2, (lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y),
-                               lambda g, ans, y, x: unbroadcast(-g * y / (x * x + y * y), x)))
-hypot = defprim(np.hypot, (lambda g, ans, x, y: unbroadcast(g * x / ans, x),
-                           lambda g, ans, x, y: unbroadcast(g * y / ans, y)))
+arctan2 = defprim(np.arctan2, (lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y.shape),
+                               lambda g, ans, y, x: unbroadcast(-g * y / (x * x + y * y), x.shape)))
+hypot = defprim(np.hypot, (lambda g, ans, x, y: unbroadcast(g * x / ans, x.shape),
+                           lambda g, ans, x, y: unbroadcast(g * y / ans, y.shape)))
 deg2rad = defprim(np.deg2rad, lambda g, ans, x: g * (np.pi / 180))
 rad2deg = defprim(np.rad2deg, lambda g, ans, x: g * (180 / np.pi))
 radians, degrees = deg2rad, rad2deg
@@ -94,17 +94,17 @@ radians, degrees = deg2rad, rad2deg
 absolute = defprim(np.absolute, lambda g, ans, x: g * np.sign(unbox(x)))
 abs = absolute  # noqa: A001 - NumPy's name
 fabs = defprim(np.fabs, lambda g, ans, x: g * np.sign(unbox(x)))
-maximum = defprim(np.maximum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
-                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
-minimum = defprim(np.minimum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
-                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
-fmax = defprim(np.fmax, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
-                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
-fmin = defprim(np.fmin, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x),
-                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y)))
+maximum = defprim(np.maximum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
+minimum = defprim(np.minimum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
+fmax = defprim(np.fmax, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
+fmin = defprim(np.fmin, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
 where = defprim(np.where, (None,
-                           lambda g, ans, c, x, y: unbroadcast(where(c, g, 0), x),
-                           lambda g, ans, c, x, y: unbroadcast(where(c, 0, g), y)), name="where")
+                           lambda g, ans, c, x, y: unbroadcast(where(c, g, 0), x.shape),
+                           lambda g, ans, c, x, y: unbroadcast(where(c, 0, g), y.shape)), name="where")
 
 
 def _clip(x, lo, hi):
@@ -121,7 +121,7 @@ def _inside(x, lo, hi):
     return inside
 
 
-clip = defprim(_clip, (lambda g, ans, x, lo, hi: unbroadcast(where(_inside(x, lo, hi), g, 0), x),
+clip = defprim(_clip, (lambda g, ans, x, lo, hi: unbroadcast(where(_inside(x, lo, hi), g, 0), x.shape),
                        lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) < unbox(lo), g, 0), lo),
                        lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) > unbox(hi), g, 0), hi)),
                name="clip")

@@ -101,23 +101,19 @@ def _cumprod(x, axis):
 
 
 def _cumprod_vjp(g, ans, x, axis):
-    """sum_{k>=j} g_k ans_k / x_j; where x has zeros, the exact O(n^2) form is used instead."""
-    if np.all(unbox(x) != 0):
+    """sum_{k>=j} g_k ans_k / x_j where x_j != 0. At a zero x_j that division is 0/0, so the
+    product without x_j is recomputed: one O(n) cumprod per zero rank along the axis (the m-th
+    zeros of all lanes together). Written with wengert ops, so it can be differentiated again."""
+    from .elementwise import where
+    zero = unbox(x) == 0
+    if not zero.any():
         return _reverse_cumsum(g * ans, axis) / x
-    return _cumprod_vjp_with_zeros(unbox(g), unbox(x), axis)
-
-
-def _cumprod_vjp_with_zeros(g, x, axis):
-    x_ = np.moveaxis(x, axis, -1)
-    g_ = np.moveaxis(g, axis, -1)
-    n = x_.shape[-1]
-    out = np.zeros(x_.shape, np.result_type(x_, g_))
-    for j in range(n):
-        others = x_.copy()
-        others[..., j] = 1
-        partial = np.cumprod(others, axis=-1)
-        out[..., j] = np.sum(g_[..., j:] * partial[..., j:], axis=-1)
-    return np.moveaxis(out, -1, axis)
+    out = where(zero, 0, _reverse_cumsum(g * ans, axis) / where(zero, 1, x))
+    rank = np.cumsum(zero, axis=axis) * zero
+    for m in range(1, int(rank.max()) + 1):
+        at = rank == m
+        out = out + where(at, _reverse_cumsum(g * cumprod(where(at, 1, x), axis=axis), axis), 0)
+    return out
 
 
 cumprod = defprim(_cumprod, _cumprod_vjp)

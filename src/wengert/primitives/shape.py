@@ -32,11 +32,10 @@ def _broadcast_to(x, shape):
     return np.broadcast_to(x, shape)
 
 
-reshape = defprim(_reshape, lambda g, ans, x, shape: reshape(g, shape=np.shape(x) if type(x) is not Tracer
-                                                            else x.shape), name="reshape")
+reshape = defprim(_reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape), name="reshape")
 transpose = defprim(_transpose, lambda g, ans, x, axes=None: transpose(g, axes=_inverse_axes(axes, g.ndim)),
                     name="transpose")
-broadcast_to = defprim(_broadcast_to, lambda g, ans, x, shape: unbroadcast(g, x), name="broadcast_to")
+broadcast_to = defprim(_broadcast_to, lambda g, ans, x, shape: unbroadcast(g, x.shape), name="broadcast_to")
 
 
 def _astype(x, dtype):
@@ -87,10 +86,9 @@ def _getitem(x, index):
 
 
 def _getitem_vjp(g, ans, x, index):
-    plain_x = unbox(x)
     if type(g) is Tracer:
-        return index_add(np.zeros(plain_x.shape, plain_x.dtype), g, index=index)
-    return IndexedCotangent(index, g, plain_x.shape, np.result_type(plain_x, g), _is_basic(index))
+        return index_add(np.zeros(x.shape, x.dtype), g, index=index)
+    return IndexedCotangent(index, g, x.shape, np.result_type(x.dtype, g.dtype), _is_basic(index))
 
 
 getitem = defprim(_getitem, _getitem_vjp, name="getitem")
@@ -106,7 +104,7 @@ def _index_add(base, values, index):
 
 
 index_add = defprim(_index_add, (lambda g, ans, base, values, index: g,
-                                 lambda g, ans, base, values, index: unbroadcast(getitem(g, index=index), values)),
+                                 lambda g, ans, base, values, index: unbroadcast(getitem(g, index=index), values.shape)),
                     name="index_add")
 
 

@@ -1,0 +1,103 @@
+"""Writes: functional scatters (``x.at[idx].set(v)``), in-place writes and Buffer snapshots.
+
+Every rule here costs what was written plus at most one pass over the result: the written
+value's cotangent is ``g[idx]``, and the old array's cotangent is ``g`` with the written
+positions zeroed (an overwritten element passes no gradient to what it overwrote).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.trace import Tracer, unbox
+from ._table import defprim, unbroadcast
+from .shape import _is_basic, getitem, index_add
+
+
+def _zero_at(g, index):
+    """``g`` with the positions ``index`` set to zero (a new array; differentiable)."""
+    if type(g) is Tracer:
+        return scatter_set(g, np.zeros((), unbox(g).dtype), index=index)
+    out = np.array(g, copy=True)
+    out[index] = 0
+    return out
+
+
+def _scatter_set(x, v, index):
+    out = np.array(x, copy=True)
+    out[index] = v
+    return out
+
+
+scatter_set = defprim(_scatter_set, (lambda g, ans, x, v, index: _zero_at(g, index),
+                                     lambda g, ans, x, v, index: unbroadcast(getitem(g, index=index), v.shape)),
+                      name="scatter_set")
+
+# The tape entry of ``x[index] = v`` on a tracer (recorded by core/mutation.py, never called).
+write = defprim(None, (lambda g, ans, x, v, index, value_shape: _zero_at(g, index),
+                       lambda g, ans, x, v, index, value_shape: unbroadcast(getitem(g, index=index), value_shape)),
+                name="setitem")
+
+
+def _scatter_multiply(x, v, index):
+    out = np.array(x, copy=True)
+    if _is_basic(index):
+        out[index] *= v
+    else:
+        np.multiply.at(out, index, v)
+    return out
+
+
+def _factor_at(shape, dtype, v, index):
+    factor = np.ones(shape, dtype)
+    factor[index] = unbox(v)
+    return factor
+
+
+scatter_multiply = defprim(_scatter_multiply, (
+    lambda g, ans, x, v, index: g * _factor_at(x.shape, unbox(g).dtype, v, index),
+    lambda g, ans, x, v, index: unbroadcast(getitem(g * x, index=index), v.shape)),
+    name="scatter_multiply")
+
+
+def has_duplicates(index, shape):
+    """True when an advanced ``index`` selects some element more than once."""
+    if _is_basic(index):
+        return False
+    flat = np.arange(int(np.prod(shape))).reshape(shape)[index].ravel()
+    return len(np.unique(flat)) != len(flat)
+
+
+def _freeze_vjp(g, ans, args, params):
+    """Cotangents of a Buffer snapshot: base, then each traced write; overwritten parts get none.
+
+    The writes are replayed newest first against a mask of positions already claimed, so the
+    cost is the number of elements written plus one pass over ``g`` for the base.
+    """
+    writes = params["writes"]
+    claimed = np.zeros(params["shape"], bool)
+    out = []
+    for index, position, value_shape in reversed(writes):
+        if position is None:
+            claimed[index] = True
+            continue
+        hidden = claimed[index]
+        piece = g[index]
+        if hidden.any():
+            piece = np.where(hidden, 0, piece)
+        claimed[index] = True
+        if np.shape(piece) != value_shape:
+            piece = unbroadcast(np.asarray(piece), value_shape)
+        out.append(piece)
+    out.reverse()
+    if params["base_traced"]:
+        base = np.array(g, copy=True)
+        base[claimed] = 0
+        out.insert(0, base)
+    return out
+
+
+buffer_snapshot = defprim(None, None, name="buffer_snapshot")
+buffer_snapshot.vjp = ()
+buffer_snapshot.fused_vjp = _freeze_vjp
+
+__all__ = ["scatter_set", "scatter_multiply", "index_add", "write", "buffer_snapshot", "has_duplicates"]
