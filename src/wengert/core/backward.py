@@ -102,7 +102,7 @@ def backward(tape, seeds, keep_tape=False):
                 for gi, a in zip(g, ans)
             )
         if prim.fused_vjp is not None:
-            for (position, parent), c in zip(parents, prim.fused_vjp(g, ans, args, params)):
+            for (position, parent), c in zip(parents, prim.fused_vjp(g, ans, args, params, parents)):
                 if c is not None:
                     accumulate(cts, owned, parent, c)
             continue

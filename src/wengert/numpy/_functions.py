@@ -216,8 +216,13 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 
 
 # --- products and contractions -------------------------------------------------------------------
-@traceable(np.dot)
 def dot(a, b, out=None):
+    """``np.dot``; on two traced arrays it goes straight to the primitive (a hot path in loops)."""
+    if type(a) is Tracer:
+        if type(b) is Tracer and out is None:
+            return C.dot(a, b)
+    elif type(b) is not Tracer:
+        return np.dot(a, b, out)
     _unsupported("dot", out=out)
     return C.dot(_as_traced_operand(a), _as_traced_operand(b))
 
@@ -393,8 +398,10 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _unsupported("stack", out=out, dtype=dtype)
     arrays = [_as_traced_operand(a) for a in arrays]
-    axis = axis % (_ndim(arrays[0]) + 1)
-    return concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
+    shape = _shape(arrays[0])
+    if builtins.any(_shape(a) != shape for a in arrays):
+        raise ValueError("all input arrays must have the same shape")
+    return S.stack(*arrays, axis=axis % (len(shape) + 1))
 
 
 @_sequence_traceable(np.hstack)
@@ -525,12 +532,39 @@ def pad(array, pad_width, mode="constant", **kwargs):
         return S.pad_constant(array, pad_width=widths, constant_values=value)
     if kwargs:
         raise NotImplementedError(f"wengert.numpy.pad: options {sorted(kwargs)} are not supported on traced values")
+    if mode in _PAD_STATISTICS:
+        return _pad_statistic(array, widths, _PAD_STATISTICS[mode])
+    if mode not in ("edge", "reflect", "symmetric", "wrap"):
+        raise NotImplementedError(f"wengert.numpy.pad: mode={mode!r} is not supported on traced values")
     out = array
     for axis, width in enumerate(widths):
         if width == (0, 0):
             continue
+        # these modes copy elements: pad the indices with NumPy itself and read them
         index = np.pad(np.arange(_shape(array)[axis]), width, mode=mode)
         out = take(out, index, axis=axis)
+    return out
+
+
+_PAD_STATISTICS = {"maximum": "max", "minimum": "min", "mean": "mean"}
+
+
+def _pad_statistic(array, widths, stat):
+    """Pad axis by axis with a statistic of the whole axis, as NumPy does (corners from earlier axes)."""
+    out = array
+    for axis, (before, after) in enumerate(widths):
+        if before == after == 0:
+            continue
+        value = globals()[stat](out, axis=axis, keepdims=True)
+        shape = list(_shape(out))
+        parts = []
+        for width, part in ((before, None), (0, out), (after, None)):
+            if part is not None:
+                parts.append(part)
+            elif width:
+                shape[axis] = width
+                parts.append(broadcast_to(value, tuple(shape)))
+        out = concatenate(parts, axis=axis)
     return out
 
 

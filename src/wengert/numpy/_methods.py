@@ -12,7 +12,7 @@ import operator
 import numpy as np
 
 from ..core.errors import NoDerivativeError
-from ..core.trace import Tracer, unbox
+from ..core.trace import Tracer, bind, unbox
 from ..primitives import elementwise as E
 from ..primitives import shape as S
 from ..primitives._table import unbox_all
@@ -46,11 +46,20 @@ def _clean_index(index):
     return index
 
 
+_PLAIN_INDEX = (int, slice)
+
+
 def _getitem(self, index):
+    """``x[index]``: the hot path of per-column loops, so plain int/slice indices go straight to bind."""
     t = type(index)
+    if t is tuple:
+        for i in index:
+            if type(i) not in _PLAIN_INDEX:
+                return bind(S.getitem, (self,), {"index": _clean_index(index)})
+        return bind(S.getitem, (self,), {"index": index})
     if t is int or t is slice:
-        return S.getitem(self, index=index)
-    return S.getitem(self, index=_clean_index(index))
+        return bind(S.getitem, (self,), {"index": index})
+    return bind(S.getitem, (self,), {"index": _clean_index(index)})
 
 
 def _setitem(self, index, value):

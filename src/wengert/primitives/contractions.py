@@ -107,6 +107,11 @@ def _dot_as_tensordot(a, b):
 
 
 def _dot_vjp_a(g, ans, a, b):
+    if b.ndim == 1:
+        return g * b if a.ndim == 1 else outer(g, b) if a.ndim == 2 else _tensordot_vjp_a(
+            g, ans, a, b, axes=_dot_as_tensordot(a, b))
+    if a.ndim == 1 and b.ndim == 2:
+        return dot(b, g)
     if a.ndim == 2 and b.ndim == 2:
         return dot(g, _swap(b))
     if a.ndim == 0 or b.ndim == 0:
@@ -115,6 +120,10 @@ def _dot_vjp_a(g, ans, a, b):
 
 
 def _dot_vjp_b(g, ans, a, b):
+    if b.ndim == 1 and a.ndim in (1, 2):
+        return g * a if a.ndim == 1 else dot(g, a)
+    if a.ndim == 1 and b.ndim == 2:
+        return outer(a, g)
     if a.ndim == 2 and b.ndim == 2:
         return dot(_swap(a), g)
     if a.ndim == 0 or b.ndim == 0:
@@ -168,9 +177,16 @@ def _einsum_vjp(position):
         grad = einsum(g, *other_ops, subscripts=",".join([output] + others) + "->" + reachable)
         shape = unbox(operands[position]).shape
         sizes = {c: shape[target.index(c)] for c in unique}
-        if reachable != unique:
+        # einsum broadcasts size-1 dimensions: sum back where this operand had size 1 (below,
+        # broadcast_to widens the opposite case, and the indices no one else reads)
+        widened = tuple(i for i, c in enumerate(reachable) if sizes[c] == 1 and grad.shape[i] != 1)
+        if widened:
+            from .reductions import sum_
+            grad = sum_(grad, axis=widened, keepdims=True)
+        if reachable != unique or grad.shape != tuple(sizes[c] for c in reachable):
             from .shape import broadcast_to, reshape
-            grad = reshape(grad, shape=tuple(sizes[c] if c in reachable else 1 for c in unique))
+            kept = dict(zip(reachable, grad.shape))
+            grad = reshape(grad, shape=tuple(kept.get(c, 1) for c in unique))
             grad = broadcast_to(grad, shape=tuple(sizes[c] for c in unique))
         if unique != target:
             grad = _place_on_diagonals(grad, unique, target, sizes)

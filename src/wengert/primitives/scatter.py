@@ -67,7 +67,7 @@ def has_duplicates(index, shape):
     return len(np.unique(flat)) != len(flat)
 
 
-def _freeze_vjp(g, ans, args, params):
+def _freeze_vjp(g, ans, args, params, parents):
     """Cotangents of a Buffer snapshot: base, then each traced write; overwritten parts get none.
 
     The writes are replayed newest first against a mask of positions already claimed, so the
@@ -96,8 +96,7 @@ def _freeze_vjp(g, ans, args, params):
     return out
 
 
-buffer_snapshot = defprim(None, None, name="buffer_snapshot")
-buffer_snapshot.vjp = ()
+buffer_snapshot = defprim(None, (), name="buffer_snapshot")
 buffer_snapshot.fused_vjp = _freeze_vjp
 
 __all__ = ["scatter_set", "scatter_multiply", "index_add", "write", "buffer_snapshot", "has_duplicates"]

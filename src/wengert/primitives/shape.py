@@ -49,25 +49,29 @@ def _concatenate(*arrays, axis=0):
     return np.concatenate(arrays, axis=axis)
 
 
-def _concatenate_vjp(position):
-    def rule(g, ans, *arrays, axis=0):
-        start = sum(arrays[i].shape[axis] for i in range(position))
-        index = (slice(None),) * (axis % g.ndim) + (slice(start, start + arrays[position].shape[axis]),)
-        return getitem(g, index=index)
-    return rule
+def _concatenate_vjp(g, ans, arrays, params, parents):
+    """Each operand's cotangent is its slice of ``g``: offsets computed once for all operands."""
+    axis = params["axis"]
+    ends = np.cumsum([a.shape[axis] for a in arrays])
+    lead = (slice(None),) * (axis % g.ndim)
+    return [getitem(g, index=lead + (slice(ends[p] - arrays[p].shape[axis], ends[p]),)) for p, _ in parents]
 
 
-class _ConcatenateRules(tuple):
-    """One rule per operand, for any number of operands (created on demand)."""
-
-    def __getitem__(self, position):
-        return _concatenate_vjp(position)
+def _stack(*arrays, axis=0):
+    return np.stack(arrays, axis=axis)
 
 
-concatenate = defprim(_concatenate, name="concatenate")
-concatenate.vjp = _ConcatenateRules()
+def _stack_vjp(g, ans, arrays, params, parents):
+    lead = (slice(None),) * params["axis"]
+    return [getitem(g, index=lead + (p,)) for p, _ in parents]
+
+
+concatenate = defprim(_concatenate, (), name="concatenate")
+concatenate.fused_vjp = _concatenate_vjp
 concatenate.keep_args = None
-concatenate.keep_ans = False
+stack = defprim(_stack, (), name="stack")
+stack.fused_vjp = _stack_vjp
+stack.keep_args = None
 
 
 # --- indexing ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 from ..core import tree
 from ..core.backward import backward
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
-from ..core.trace import Tracer, close_trace, new_input, new_trace, unbox
+from ..core.trace import Tracer, close_trace, collector_paused, new_input, new_trace, unbox
 
 
 def _argnames(f, count):
@@ -74,6 +74,10 @@ class _Recording:
     """The result of running ``f`` on traced inputs: everything the backward pass needs."""
 
     def __init__(self, f, args, argnums, has_aux):
+        with collector_paused():
+            self._record(f, args, argnums, has_aux)
+
+    def _record(self, f, args, argnums, has_aux):
         self.trace = trace = new_trace()
         self.argnums = argnums
         self.in_defs = []
@@ -117,7 +121,8 @@ class _Recording:
         """Input cotangents (a tuple over argnums of pytrees) for output cotangents ``out_cts``."""
         seeds = [(i, ct) for i, ct in zip(self.out_indices, out_cts) if i is not None and ct is not None]
         tape = self.trace.tape
-        cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
+        with collector_paused():
+            cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
         grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
         out, start = [], 0
         for treedef in self.in_defs:
