@@ -45,7 +45,12 @@ def _as_input(leaf, f, argnum, path):
     else:
         dtype = getattr(plain, "dtype", None)
     if dtype is None or not np.issubdtype(dtype, np.inexact):
-        what = type(plain).__name__ if dtype is None else f"of dtype {dtype}"
+        if dtype is None:
+            what = f"a {type(plain).__name__}"
+        elif type(plain) in (bool, int):
+            what = f"the Python {type(plain).__name__} {plain!r}"
+        else:
+            what = f"of dtype {dtype}"
         raise NonDifferentiableInputError(
             f"{_describe(f, argnum, path)} is {what}; only floating-point (or complex) values "
             "can be differentiated. Pass a float array (e.g. x.astype(float)), or leave this "
@@ -73,11 +78,11 @@ def _normalize_argnums(argnums, nargs, f):
 class _Recording:
     """The result of running ``f`` on traced inputs: everything the backward pass needs."""
 
-    def __init__(self, f, args, argnums, has_aux):
+    def __init__(self, f, args, argnums, has_aux, kwargs=None):
         with collector_paused():
-            self._record(f, args, argnums, has_aux)
+            self._record(f, args, argnums, has_aux, kwargs or {})
 
-    def _record(self, f, args, argnums, has_aux):
+    def _record(self, f, args, argnums, has_aux, kwargs):
         self.trace = trace = new_trace()
         self.argnums = argnums
         self.in_defs = []
@@ -96,7 +101,7 @@ class _Recording:
                     self.input_indices.append(tracer.index)
                 self.in_defs.append(treedef)
                 args[a] = tree.unflatten(treedef, wrapped)
-            out = f(*args)
+            out = f(*args, **kwargs)
         finally:
             close_trace(trace)
         if has_aux:
@@ -124,6 +129,7 @@ class _Recording:
         with collector_paused():
             cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
         grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
+        _give_away(grads, {id(x) for x in (*out_cts, *self.in_leaves)})
         out, start = [], 0
         for treedef in self.in_defs:
             out.append(tree.unflatten(treedef, grads[start:start + treedef.num_leaves]))
@@ -132,21 +138,41 @@ class _Recording:
 
 
 def _finish(g, leaf):
-    """An input's gradient in the input's own shape and dtype; zeros where nothing flowed."""
+    """An input's gradient in the input's own shape and dtype; zeros where nothing flowed.
+
+    An array input gets an array back, a scalar input (Python or NumPy) a scalar.
+    """
     plain = unbox(leaf)
-    dtype = np.asarray(plain).dtype if not hasattr(plain, "dtype") else plain.dtype
+    shape = np.shape(plain)
+    dtype = plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
     if g is None:
-        g = np.zeros(np.shape(plain), dtype)
-    elif type(g) is not Tracer:
-        if getattr(g, "dtype", None) != dtype:
-            g = np.asarray(g).astype(dtype)
-        if np.shape(g) != np.shape(plain):
-            g = np.broadcast_to(g, np.shape(plain)).copy()
-    elif g.dtype != dtype:
-        g = g.astype(dtype)
-    if isinstance(plain, (float, complex)) and type(g) is not Tracer:
-        return np.asarray(g)[()]
+        g = np.zeros(shape, dtype)
+    elif type(g) is Tracer:
+        return g if g.dtype == dtype else g.astype(dtype)
+    else:
+        g = np.asarray(g)
+        if g.dtype != dtype:
+            g = g.astype(dtype)
+        if g.shape != shape:
+            g = np.broadcast_to(g, shape).copy()
+    if not isinstance(plain, np.ndarray):
+        return g[()]
     return g
+
+
+def _give_away(grads, taken):
+    """Make every plain gradient array one the caller alone owns, writable and aliasing nothing.
+
+    The backward pass may hand the same cotangent to several inputs (``x + y``), a read-only
+    broadcast view (``sum``), a view of another cotangent, or an array the caller passed in
+    (``taken``: ids of the output cotangents and of the inputs); those are copied.
+    """
+    for k, g in enumerate(grads):
+        if type(g) is np.ndarray:
+            if id(g) in taken or not (g.flags.writeable and g.flags.owndata):
+                g = grads[k] = g.copy()
+            taken.add(id(g))
+    return grads
 
 
 def vjp(f, *primals, has_aux=False):
@@ -167,6 +193,7 @@ def vjp(f, *primals, has_aux=False):
                 raise ValueError(
                     f"vjp_fn: cotangent of shape {np.shape(c)} for an output of shape {np.shape(o)}"
                 )
+        ct_leaves = [c if type(c) is Tracer or c is None else np.asarray(c)[()] for c in ct_leaves]
         return rec.pull(ct_leaves, keep_tape=True)
 
     if has_aux:
@@ -175,12 +202,16 @@ def vjp(f, *primals, has_aux=False):
 
 
 def value_and_grad(f, argnums=0, has_aux=False):
-    """``f``'s value and its gradient with respect to ``argnums``; ``f`` must return a scalar."""
+    """``f``'s value and its gradient with respect to ``argnums``; ``f`` must return a scalar.
+
+    ``argnums`` counts positional arguments; keyword arguments are passed to ``f`` as they are and
+    are not differentiated.
+    """
 
     @functools.wraps(f)
-    def value_and_grad_f(*args):
+    def value_and_grad_f(*args, **kwargs):
         nums, many = _normalize_argnums(argnums, len(args), f)
-        rec = _Recording(f, args, nums, has_aux)
+        rec = _Recording(f, args, nums, has_aux, kwargs)
         if rec.out_def != tree.LEAF or np.ndim(unbox(rec.out)) != 0:
             shape = np.shape(unbox(rec.out)) if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
             raise NonScalarOutputError(
@@ -208,8 +239,8 @@ def grad(f, argnums=0, has_aux=False):
     vg = value_and_grad(f, argnums, has_aux)
 
     @functools.wraps(f)
-    def grad_f(*args):
-        (value, g) = vg(*args)
+    def grad_f(*args, **kwargs):
+        (value, g) = vg(*args, **kwargs)
         if has_aux:
             return g, value[1]
         return g
@@ -225,9 +256,9 @@ def jacobian(f, argnums=0, has_aux=False):
     """
 
     @functools.wraps(f)
-    def jacobian_f(*args):
+    def jacobian_f(*args, **kwargs):
         nums, many = _normalize_argnums(argnums, len(args), f)
-        rec = _Recording(f, args, nums, has_aux)
+        rec = _Recording(f, args, nums, has_aux, kwargs)
         blocks_per_out = []
         for k, out_leaf in enumerate(rec.out_leaves):
             out_shape = np.shape(unbox(out_leaf))
@@ -252,7 +283,11 @@ def jacobian(f, argnums=0, has_aux=False):
                         blocks.append(np.zeros(shape, np.asarray(unbox(rec.in_leaves[start + j])).dtype))
                         continue
                     pieces = [r[j] for r in leaves_rows]
-                    blocks.append(_stack(pieces).reshape(shape))
+                    block = _stack(pieces).reshape(shape)
+                    if not shape and type(block) is not Tracer and not isinstance(
+                            unbox(rec.in_leaves[start + j]), np.ndarray):
+                        block = block[()]  # scalar in, scalar out: a scalar, as grad gives
+                    blocks.append(block)
                 grads.append(tree.unflatten(treedef, blocks))
             blocks_per_out.append(tuple(grads) if many else grads[0])
         result = tree.unflatten(rec.out_def, blocks_per_out)

@@ -1,0 +1,267 @@
+"""Mutation the way users write it: Buffer, at[] updates and x[idx] = v.
+
+Gradients are checked against finite differences; the promises about cost (linear in what was
+written or read) are checked by counting bytes allocated, never by timing.
+"""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import wengert as wg
+import wengert.numpy as wnp
+from wengert import InPlaceWriteError
+
+rng = np.random.default_rng(0)
+
+
+# --- Buffer ----------------------------------------------------------------------------------------
+def seed_000_pairwise(a, b):
+    """The seed-000 loop: cosine similarity of every column pair, written into a Buffer."""
+    W, R, B = a.shape
+    N = b.shape[1]
+    out = wg.Buffer.zeros((N, R, B), a.dtype)
+    for k in range(B):
+        for j in range(R):
+            aj = a[:, j, k]
+            for i in range(N):
+                bi = b[:, i, k]
+                out[i, j, k] = wnp.dot(bi, aj) / (wnp.sqrt(wnp.sum(bi ** 2)) * wnp.sqrt(wnp.sum(aj ** 2)))
+    s = out.freeze()
+    e = wnp.exp(s - wnp.max(s, axis=0, keepdims=True))
+    return e / wnp.sum(e, axis=0, keepdims=True)
+
+
+def seed_000_vectorized(a, b):
+    dots = wnp.einsum("wik,wjk->ijk", b, a)
+    norms = wnp.sqrt(wnp.sum(b ** 2, axis=0))[:, None, :] * wnp.sqrt(wnp.sum(a ** 2, axis=0))[None, :, :]
+    s = dots / norms
+    e = wnp.exp(s - wnp.max(s, axis=0, keepdims=True))
+    return e / wnp.sum(e, axis=0, keepdims=True)
+
+
+def test_buffer_loop_matches_vectorized_value_and_gradient():
+    a, b = rng.standard_normal((5, 2, 3)), rng.standard_normal((5, 4, 3))
+    weights = rng.standard_normal((4, 2, 3))
+    loop = lambda a, b: wnp.sum(weights * seed_000_pairwise(a, b))
+    vec = lambda a, b: wnp.sum(weights * seed_000_vectorized(a, b))
+    np.testing.assert_allclose(loop(a, b), vec(a, b), rtol=1e-12)
+    for got, want in zip(wg.grad(loop, (0, 1))(a, b), wg.grad(vec, (0, 1))(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    wg.check_grads(loop, (a, b))
+
+
+def test_buffer_overwritten_element_passes_no_gradient():
+    def f(x):
+        buf = wg.Buffer.zeros((3,))
+        buf[0] = x[0] * 2
+        buf[1] = x[1] * 3
+        buf[0] = x[2] * 5          # overwrites x[0]'s contribution
+        buf[1] = 7.0               # a constant overwrite too
+        return wnp.sum(buf.freeze())
+    g = wg.grad(f)(np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(g, [0.0, 0.0, 5.0])
+
+
+def test_buffer_partial_overwrite_of_a_slice():
+    def f(x):
+        buf = wg.Buffer(like=x)
+        buf[:] = x * x
+        buf[1:3] = x[:2]
+        return wnp.sum(buf.freeze() * np.arange(1.0, 5.0))
+    wg.check_grads(f, (rng.standard_normal(4),))
+
+
+def test_buffer_read_before_freeze_is_differentiated():
+    def f(x):
+        buf = wg.Buffer.zeros((2, 3))
+        buf[0] = wnp.sin(x)
+        first = buf[0]               # read the row just written
+        buf[1] = first * x           # and use it for the next one
+        buf[0, 1] = buf[1, 2] ** 2   # read a value, overwrite another
+        return wnp.sum(wnp.asarray(buf) ** 2)
+    wg.check_grads(f, (rng.standard_normal(3),), order=1)
+
+
+def test_buffer_starting_from_a_traced_array_passes_gradient_to_unwritten_elements():
+    def f(x, v):
+        buf = wg.Buffer(x)
+        buf[1] = v
+        return wnp.sum(buf.freeze() ** 2)
+    wg.check_grads(f, (rng.standard_normal((3, 2)), rng.standard_normal(2)))
+
+
+def test_buffer_on_plain_arrays_is_plain_numpy():
+    buf = wg.Buffer.zeros((2, 2), np.float32)
+    buf[0, 1] = 3.0
+    out = buf.freeze()
+    assert type(out) is np.ndarray and out.dtype == np.float32 and out[0, 1] == 3.0
+
+
+def test_frozen_buffer_refuses_writes():
+    buf = wg.Buffer.zeros((2,))
+    buf.freeze()
+    with pytest.raises(InPlaceWriteError, match="frozen"):
+        buf[0] = 1.0
+
+
+def test_buffer_works_under_grad_of_grad():
+    def f(x):
+        buf = wg.Buffer.zeros((2,))
+        buf[0] = x ** 3
+        buf[1] = x * 2
+        return wnp.sum(buf.freeze())
+    assert np.isclose(wg.grad(wg.grad(f))(1.5), 6 * 1.5)
+
+
+def test_buffer_backward_is_linear_in_elements_written():
+    """1,000 scalar writes into a 1,000,000-element buffer: backward allocates ~one result-sized array."""
+    def f(x):
+        buf = wg.Buffer.zeros((1000, 1000))
+        for i in range(1000):
+            buf[i, i] = x[i] * 2.0
+        return wnp.sum(buf.freeze())
+    x = rng.standard_normal(1000)
+    out, vjp_fn = wg.vjp(f, x)
+    tracemalloc.start()
+    g, = vjp_fn(1.0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_allclose(g, 2.0)
+    result_bytes = 1000 * 1000 * 8
+    assert peak < 3 * result_bytes, f"backward peaked at {peak} bytes for an {result_bytes}-byte result"
+
+
+# --- at[] -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("update", ["set", "add", "multiply", "min", "max"])
+def test_at_updates_match_numpy_and_finite_differences(update):
+    x, v = rng.standard_normal((4, 3)), rng.standard_normal(3)
+    index = (slice(1, 3), slice(None))
+
+    def f(x, v):
+        return wnp.sum(getattr(wg.at(x)[index], update)(v) ** 2)
+
+    original = x.copy()
+    expected = x.copy()
+    {"set": lambda: expected.__setitem__(index, v),
+     "add": lambda: expected.__setitem__(index, expected[index] + v),
+     "multiply": lambda: expected.__setitem__(index, expected[index] * v),
+     "min": lambda: expected.__setitem__(index, np.minimum(expected[index], v)),
+     "max": lambda: expected.__setitem__(index, np.maximum(expected[index], v))}[update]()
+    np.testing.assert_array_equal(getattr(wg.at(x)[index], update)(v), expected)
+    np.testing.assert_array_equal(x, original)  # functional: the input is untouched
+    wg.check_grads(f, (x, v))
+
+
+def test_at_add_accumulates_duplicate_indices_like_jax():
+    x = np.zeros(3)
+    idx = np.array([0, 2, 0, 0])
+    np.testing.assert_array_equal(wg.at(x)[idx].add(1.0), [3.0, 0.0, 1.0])
+    wg.check_grads(lambda x, v: wnp.sum(wg.at(x)[idx].add(v) ** 2), (rng.standard_normal(3), rng.standard_normal(4)))
+
+
+def test_at_on_tracer_is_a_method_and_get_reads():
+    """x.at exists on traced values (plain ndarrays have no .at: use wg.at(x) in shared code)."""
+    def f(x):
+        return wnp.sum(x.at[1].set(x.at[0].get() * 3.0) ** 2)
+    x = rng.standard_normal((2, 2))
+    np.testing.assert_allclose(wg.grad(f)(x), [20 * x[0], [0.0, 0.0]])
+
+
+def test_at_multiply_with_duplicate_indices_is_refused_when_traced():
+    with pytest.raises(NotImplementedError, match="repeated indices"):
+        wg.grad(lambda x: wnp.sum(x.at[np.array([0, 0])].multiply(2.0)))(np.ones(3))
+
+
+# --- x[idx] = v -------------------------------------------------------------------------------------
+def test_setitem_has_numpy_meaning_and_gradients():
+    def f(x, v):
+        y = x * 1.0
+        y[1:, 0] = v               # write
+        y[0] = wnp.exp(y[0])       # read, then write the result back
+        alias = y                  # the same array under another name sees the write
+        return wnp.sum(alias ** 2)
+    x, v = rng.standard_normal((3, 2)), rng.standard_normal(2)
+    wg.check_grads(f, (x, v))
+
+
+def test_views_taken_after_a_write_see_the_new_values():
+    def f(x):
+        y = x * 2.0
+        y[0] = 0.0
+        row = y[0]
+        return wnp.sum(row) + wnp.sum(y[1])
+    g = wg.grad(f)(np.ones((2, 2)))
+    np.testing.assert_array_equal(g, [[0, 0], [2, 2]])
+
+
+def test_write_into_a_value_saved_for_backward_is_refused_at_the_write():
+    """PyTorch's version-counter case: exp saved its output, which is then changed in place."""
+    def f(x):
+        y = wnp.exp(x)
+        y[0] = 0.0
+        return wnp.sum(y)
+    with pytest.raises(InPlaceWriteError, match=r"exp saved.*at\[idx\]\.set"):
+        wg.grad(f)(np.ones(3))
+
+
+def test_write_into_an_input_of_sin_is_refused():
+    def f(x):
+        y = x + 0.0
+        s = wnp.sin(y)
+        y[0] = 1.0
+        return wnp.sum(s)
+    with pytest.raises(InPlaceWriteError, match="sin saved"):
+        wg.grad(f)(np.ones(3))
+
+
+def test_stale_view_is_refused_when_used():
+    def f(x):
+        y = x + 0.0
+        view = y[0]
+        y[0, 0] = 5.0
+        return wnp.sum(view)
+    with pytest.raises(InPlaceWriteError, match="view"):
+        wg.grad(f)(np.ones((2, 2)))
+
+
+def test_writing_into_the_callers_array_is_refused():
+    x = np.ones(3)
+    with pytest.raises(InPlaceWriteError, match="input"):
+        wg.grad(lambda x: (x.__setitem__(0, 2.0), wnp.sum(x))[1])(x)
+    np.testing.assert_array_equal(x, 1.0)
+
+
+def test_write_after_shape_only_use_is_allowed():
+    """add keeps its inputs only for their shapes, so a later write cannot change its gradient."""
+    def f(x):
+        y = x * 1.0
+        t = y + 1.0
+        y[0] = 3.0
+        return wnp.sum(t * y)
+    wg.check_grads(f, (rng.standard_normal(3),))
+
+
+# --- reads through views accumulate into one buffer ------------------------------------------------
+def test_column_reads_backward_bytes_are_linear_in_reads():
+    """Reading k columns of an (n, 1000) array: backward bytes grow with k only through the reads."""
+    x = rng.standard_normal((100, 1000))
+
+    def backward_bytes(k):
+        def f(x):
+            total = 0.0
+            for j in range(k):
+                total = total + wnp.sum(x[:, j])
+            return total
+        out, vjp_fn = wg.vjp(f, x)
+        tracemalloc.start()
+        vjp_fn(1.0)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+
+    small, large = backward_bytes(100), backward_bytes(1000)
+    array_bytes = x.nbytes
+    # one buffer for x (plus small per-read pieces), not one x-sized array per read
+    assert large < 2 * array_bytes + 10 * (large - small) and large < 3 * array_bytes, (small, large)
+    assert large - small < 0.2 * array_bytes
