@@ -48,14 +48,18 @@ def accuracy(params, x, labels):
     return float(np.mean(np.argmax(logits(params, x), axis=1) == labels))
 
 
-def median_seconds(fn, calls):
-    fn()                                                # warm-up
-    times = []
+def median_seconds(fns, calls):
+    """Median seconds per call of each function, the calls interleaved so that all see the same
+    machine (a busy neighbour slows them alike instead of skewing the ratio)."""
+    for fn in fns:
+        fn()                                            # warm-up
+    times = [[] for _ in fns]
     for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 def main():
@@ -114,8 +118,8 @@ def run(args):
         for name, xb, yb in [(f"minibatch of {args.batch_size}", x_train[:args.batch_size],
                               onehot_train[:args.batch_size]),
                              (f"whole training set ({n})", x_train, onehot_train)]:
-            fwd = median_seconds(lambda: loss(params, xb, yb), args.timing_calls)
-            both = median_seconds(lambda: loss_and_grad(params, xb, yb), args.timing_calls)
+            fwd, both = median_seconds([lambda: loss(params, xb, yb),
+                                        lambda: loss_and_grad(params, xb, yb)], args.timing_calls)
             print(f"  {name:>26}: forward {fwd * 1e6:8.1f} us, value_and_grad "
                   f"{both * 1e6:8.1f} us, ratio {both / fwd:.2f}x")
 
