@@ -9,7 +9,9 @@ from numpy import e, euler_gamma, inf, nan, newaxis, pi, random  # noqa: F401
 
 from . import _functions
 from ._functions import *  # noqa: F401,F403
-from . import linalg  # noqa: F401
+import importlib as _importlib
+# not `from . import linalg`: that finds numpy.linalg, which `from numpy import *` bound here
+linalg = _importlib.import_module(f"{__name__}.linalg")
 from ._methods import build_dispatch_tables, install
 
 import numpy as _np
