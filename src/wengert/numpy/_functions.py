@@ -27,7 +27,7 @@ def _has_tracer(args, kwargs):
         t = type(a)
         if t is Tracer:
             return True
-        if (t is list or t is tuple) and builtins.any(type(v) is Tracer for v in a):
+        if (t is list or t is tuple) and _contains_tracer(a):
             return True
     for a in kwargs.values():
         if type(a) is Tracer:
@@ -36,13 +36,18 @@ def _has_tracer(args, kwargs):
 
 
 def traceable(np_fn):
-    """Use the decorated body for traced arguments and ``np_fn`` itself otherwise."""
+    """Use the decorated body for traced arguments and ``np_fn`` itself otherwise.
+
+    A list or tuple holding traced values where NumPy takes an array (``wnp.sum([a, b])``) is
+    stacked into one traced array first, as NumPy would convert it; bodies see arrays only.
+    """
 
     def decorate(fn):
         @functools.wraps(np_fn)
         def call(*args, **kwargs):
             if _has_tracer(args, kwargs):
-                return fn(*args, **kwargs)
+                return fn(*[asarray(a) if type(a) in (list, tuple) and _contains_tracer(a) else a
+                            for a in args], **kwargs)
             return np_fn(*args, **kwargs)
 
         call.traced_body = fn
@@ -77,8 +82,11 @@ def _norm_axis(axis, ndim):
 
 
 def _as_traced_operand(x):
-    """Leave tracers alone; turn lists and scalars into arrays so shapes are known."""
-    return x if type(x) is Tracer else np.asarray(x)
+    """Leave tracers alone; turn lists and scalars into arrays so shapes are known (a list that
+    holds traced values becomes one traced array)."""
+    if type(x) is Tracer:
+        return x
+    return asarray(x) if _contains_tracer(x) else np.asarray(x)
 
 
 # --- elementwise -------------------------------------------------------------------------------
@@ -376,8 +384,8 @@ def _sequence_traceable(np_fn):
     def decorate(fn):
         @functools.wraps(np_fn)
         def call(arrays, *args, **kwargs):
-            if builtins.any(type(a) is Tracer for a in arrays):
-                return fn(list(arrays), *args, **kwargs)
+            if builtins.any(_contains_tracer(a) for a in arrays):
+                return fn([_as_traced_operand(a) for a in arrays], *args, **kwargs)
             return np_fn(arrays, *args, **kwargs)
 
         return call

@@ -29,6 +29,17 @@ def _safe_log(x):
     return where(plain > 0, log(where(plain > 0, x, 1)), 0)
 
 
+def _power_slope(pow_, x, y):
+    """y * x**(y-1). Where x == y == 0 that is 0 * inf = nan, but x**0 is constant: there the
+    exponent is taken as 0 instead (then every higher derivative of x**0 and x**1 at 0 is 0 too)."""
+    zero_y = unbox(y) == 0
+    if np.any(zero_y):  # cheap for the usual scalar exponent
+        both_zero = zero_y & (unbox(x) == 0)
+        if np.any(both_zero):
+            return y * pow_(x, where(both_zero, 1, y) - 1)
+    return y * pow_(x, y - 1)
+
+
 # --- arithmetic --------------------------------------------------------------------------------
 add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                        lambda g, ans, x, y: unbroadcast(g, y.shape)))
@@ -41,10 +52,10 @@ divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
 true_divide = divide
 negative = defprim(np.negative, lambda g, ans, x: negative(g))
 positive = defprim(np.positive, lambda g, ans, x: g)
-power = defprim(np.power, (lambda g, ans, x, y: unbroadcast(g * y * power(x, y - 1), x.shape),
+power = defprim(np.power, (lambda g, ans, x, y: unbroadcast(g * _power_slope(power, x, y), x.shape),
                            lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)))
 float_power = defprim(np.float_power, (
-    lambda g, ans, x, y: unbroadcast(g * y * float_power(x, y - 1), x.shape),
+    lambda g, ans, x, y: unbroadcast(g * _power_slope(float_power, x, y), x.shape),
     lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)))
 square = defprim(np.square, lambda g, ans, x: g * 2 * x)
 sqrt = defprim(np.sqrt, lambda g, ans, x: g * 0.5 / ans)

@@ -1,0 +1,764 @@
+"""The systematic gradient test: a coverage list of ``wengert.numpy``.
+
+Every differentiable function ``wengert.numpy`` exposes is listed in a table below with the
+shapes and domain of its arguments; each row is checked against central finite differences
+(``check_grads``, in float64). A subset is checked to second order. The remaining tests pin down
+the behaviour that finite differences cannot: NumPy's own functions on traced values, functions
+without a derivative, exact agreement with NumPy on plain arrays, ties in max/min, and dtypes.
+
+To add a primitive, add a row to the table of its family (see docs/architecture.md).
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import wengert as wg
+import wengert.numpy as wnp
+
+
+# --- arguments: a shape and a domain ------------------------------------------------------------
+class Arg:
+    """A random float64 argument: ``shape`` and the domain its values are drawn from."""
+
+    DOMAINS = {
+        "real": lambda rng, s: rng.standard_normal(s),
+        "pos": lambda rng, s: rng.uniform(0.5, 2.0, s),           # log, sqrt, base of power
+        "unit": lambda rng, s: rng.uniform(-0.9, 0.9, s),         # arcsin, arccos, arctanh, tan
+        "gt1": lambda rng, s: rng.uniform(1.2, 3.0, s),           # arccosh
+        "nonzero": lambda rng, s: rng.choice([-1.0, 1.0], s) * rng.uniform(0.3, 2.0, s),  # kinks at 0
+        "near1": lambda rng, s: rng.choice([-1.0, 1.0], s) * rng.uniform(0.6, 1.4, s),    # prod, cumprod
+        "big": lambda rng, s: rng.uniform(0.1, 6.0, s),           # dividend of remainder / fmod
+        # distinct values at least 0.25 apart, in random order: no ties for max / min / sort
+        "distinct": lambda rng, s: (rng.permutation(int(np.prod(s, dtype=int))) * 0.25
+                                    + rng.uniform(0, 0.05, s).ravel() - 1.0).reshape(s),
+    }
+
+    def __init__(self, domain, *shape, zeros=()):
+        self.domain, self.shape, self.zeros = domain, shape, zeros
+
+    def draw(self, rng):
+        x = np.asarray(self.DOMAINS[self.domain](rng, self.shape), dtype=np.float64)
+        for index in self.zeros:  # exact zeros at these positions (prod, cumprod)
+            x[index] = 0.0
+        return x
+
+    def __repr__(self):
+        return f"{self.domain}{self.shape}"
+
+
+def real(*s): return Arg("real", *s)
+def pos(*s): return Arg("pos", *s)
+def unit(*s): return Arg("unit", *s)
+def gt1(*s): return Arg("gt1", *s)
+def nonzero(*s): return Arg("nonzero", *s)
+def near1(*s): return Arg("near1", *s)
+def big(*s): return Arg("big", *s)
+def distinct(*s): return Arg("distinct", *s)
+
+
+def rng_for(name):
+    """A fixed generator per test id, so a case's inputs do not depend on which tests run."""
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def draw(name, specs):
+    rng = rng_for(name)
+    return tuple(spec.draw(rng) if isinstance(spec, Arg) else spec for spec in specs)
+
+
+CASES = {}  # id -> (function, argument specs); filled by the family tables below
+SECOND_ORDER = []  # ids also checked to second order
+
+
+def case(name, fn, *specs, order2=False):
+    assert name not in CASES, f"duplicate case id {name}"
+    CASES[name] = (fn, specs)
+    if order2:
+        SECOND_ORDER.append(name)
+
+
+# --- elementwise --------------------------------------------------------------------------------
+UNARY = [  # name, domain
+    ("negative", "real"), ("positive", "real"), ("square", "real"), ("sqrt", "pos"), ("cbrt", "nonzero"),
+    ("reciprocal", "nonzero"), ("exp", "real"), ("exp2", "real"), ("expm1", "real"), ("log", "pos"),
+    ("log2", "pos"), ("log10", "pos"), ("log1p", "pos"), ("sin", "real"), ("cos", "real"), ("tan", "unit"),
+    ("arcsin", "unit"), ("arccos", "unit"), ("arctan", "real"), ("sinh", "real"), ("cosh", "real"),
+    ("tanh", "real"), ("arcsinh", "real"), ("arccosh", "gt1"), ("arctanh", "unit"), ("deg2rad", "real"),
+    ("rad2deg", "real"), ("radians", "real"), ("degrees", "real"), ("absolute", "nonzero"),
+    ("abs", "nonzero"), ("fabs", "nonzero"),
+    ("asin", "unit"), ("acos", "unit"), ("atan", "real"), ("asinh", "real"), ("acosh", "gt1"), ("atanh", "unit"),
+]
+UNARY_SHAPES = [(), (5,), (2, 3), (1, 4)]
+UNARY_ORDER2 = {"sqrt", "cbrt", "reciprocal", "exp", "log", "log1p", "sin", "tan", "arcsin", "arccos",
+                "tanh", "arccosh", "arctanh", "absolute"}
+
+for _name, _domain in UNARY:
+    for _shape in UNARY_SHAPES:
+        case(f"{_name}{_shape}", getattr(wnp, _name), Arg(_domain, *_shape),
+             order2=_name in UNARY_ORDER2 and _shape == (2, 3))
+
+BINARY = [  # name, domain of x, domain of y
+    ("add", "real", "real"), ("subtract", "real", "real"), ("multiply", "real", "real"),
+    ("divide", "real", "nonzero"), ("true_divide", "real", "nonzero"), ("power", "pos", "real"),
+    ("pow", "pos", "real"), ("float_power", "pos", "real"), ("remainder", "big", "pos"), ("mod", "big", "pos"),
+    ("fmod", "big", "pos"), ("logaddexp", "real", "real"), ("logaddexp2", "real", "real"),
+    ("arctan2", "real", "nonzero"), ("atan2", "real", "nonzero"), ("hypot", "nonzero", "nonzero"),
+    ("maximum", "real", "real"), ("minimum", "real", "real"), ("fmax", "real", "real"), ("fmin", "real", "real"),
+]
+# equal shapes, a trailing 1-d operand, size-1 axes on both sides, a 0-d operand on either side
+BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((2, 3), ()), ((1, 4), (3, 1))]
+BINARY_ORDER2 = {"multiply", "divide", "power", "float_power", "logaddexp", "arctan2", "hypot", "maximum"}
+
+for _name, _dx, _dy in BINARY:
+    for _sx, _sy in BINARY_SHAPES:
+        case(f"{_name}{_sx}{_sy}", getattr(wnp, _name), Arg(_dx, *_sx), Arg(_dy, *_sy),
+             order2=_name in BINARY_ORDER2 and _sy == (4,))
+
+_MASK = np.array([[True, False, True, True], [False, False, True, False], [True, True, False, True]])
+case("power(x, 3) negative base", lambda x: wnp.power(x, 3), real(3, 4), order2=True)
+case("power(x, 0.5)", lambda x: wnp.power(x, 0.5), pos(3, 4))
+case("power(x, int array)", lambda x: wnp.power(x, np.array([1, 2, 3, 4])), real(3, 4))
+case("power(2, y)", lambda y: wnp.power(2.0, y), real(3, 4))
+case("power(x, y) y=0", lambda x: wnp.power(x, np.zeros(4)), real(3, 4))
+case("power(0, arange)", lambda x: wnp.power(x, np.arange(4)), Arg("real", 3, 4, zeros=[(0, 0), (1, 1), (2, 2), (2, 3)]),
+     order2=True)
+case("x ** 0.0 and x ** 1.0 at 0", lambda x: x ** 0.0 + x ** 1.0, Arg("real", 3, zeros=[1]), order2=True)
+case("float_power(0, arange)", lambda x: wnp.float_power(x, np.arange(3.0)), Arg("real", 2, 3, zeros=[(0, 0), (1, 1)]),
+     order2=True)
+case("float_power(x, 2)", lambda x: wnp.float_power(x, 2), real(2, 3))
+case("divide by constant", lambda x: wnp.divide(x, 3.0), real(2, 3))
+case("divide constant by", lambda y: wnp.divide(3.0, y), nonzero(2, 3))
+case("where(mask, x, y)", lambda x, y: wnp.where(_MASK, x, y), real(3, 4), real(4,), order2=True)
+case("where(mask, x, 0)", lambda x: wnp.where(_MASK, x, 0.0), real(3, 4))
+case("where(mask, 1, y)", lambda y: wnp.where(_MASK, 1.0, y), real(3, 1))
+case("where(traced cond)", lambda x: wnp.where(x > 0, x, x * x), nonzero(3, 4))
+case("where(mask, 0-d, y)", lambda x, y: wnp.where(_MASK, x, y), real(), real(3, 1))
+case("clip(x, lo, hi)", lambda x: wnp.clip(x, -0.5, 0.5), real(3, 4), order2=True)
+case("clip(x, None, hi)", lambda x: wnp.clip(x, None, 0.3), real(3, 4))
+case("clip(x, lo, None)", lambda x: wnp.clip(x, -0.3, None), real(3, 4))
+case("clip(x, min=, max=)", lambda x: wnp.clip(x, min=-0.5, max=0.5), real(3, 4))
+case("clip traced bounds", lambda x, lo, hi: wnp.clip(x, lo, hi), real(3, 4), real(4), pos())
+case("clip array bounds", lambda x: wnp.clip(x, np.array([-1.0, -0.5, 0.0, 0.2]), 1.0), real(3, 4))
+
+
+# --- reductions -----------------------------------------------------------------------------------
+AXES = [None, 0, -1, 1, (0, 2), (-1, 0), ()]
+REDUCTIONS = [("sum", "real"), ("mean", "real"), ("prod", "near1"), ("max", "distinct"), ("min", "distinct"),
+              ("amax", "distinct"), ("amin", "distinct"), ("var", "real"), ("std", "real")]
+REDUCTION_ORDER2 = {"sum", "prod", "max", "var", "std"}
+
+for _name, _domain in REDUCTIONS:
+    for _axis in AXES:
+        if _name == "std" and _axis == ():
+            continue
+        for _keep in (False, True):
+            case(f"{_name}(axis={_axis}, keepdims={_keep})",
+                 (lambda f, a, k: lambda x: f(x, axis=a, keepdims=k))(getattr(wnp, _name), _axis, _keep),
+                 Arg(_domain, 2, 3, 4), order2=_name in REDUCTION_ORDER2 and _axis == (0, 2) and _keep)
+    if _name == "std":
+        continue  # std over no elements or one is identically 0: sqrt is not differentiable there
+    case(f"{_name} of 0-d", getattr(wnp, _name), Arg(_domain if _domain != "distinct" else "real"))
+    case(f"{_name} of size-1 axes", lambda x, f=getattr(wnp, _name): f(x, axis=1), Arg(_domain, 3, 1))
+
+case("prod with one zero", lambda x: wnp.prod(x, axis=1), Arg("near1", 3, 4, zeros=[(0, 1), (2, 3)]), order2=True)
+case("prod with two zeros", wnp.prod, Arg("near1", 2, 3, zeros=[(0, 1), (1, 2)]), order2=True)
+case("prod with two zeros in a lane", lambda x: wnp.prod(x, axis=0), Arg("near1", 4, 2, zeros=[(0, 1), (2, 1)]),
+     order2=True)
+case("var(ddof=1)", lambda x: wnp.var(x, axis=0, ddof=1), real(3, 4))
+case("std(ddof=1)", lambda x: wnp.std(x, axis=1, ddof=1, keepdims=True), real(3, 4))
+case("sum(dtype=)", lambda x: wnp.sum(x, axis=0, dtype=np.float64), real(3, 4))
+case("mean(dtype=)", lambda x: wnp.mean(x, axis=1, dtype=np.float64), real(3, 4))
+for _name, _domain in [("cumsum", "real"), ("cumprod", "near1")]:
+    for _axis in (None, 0, 1, -1):
+        case(f"{_name}(axis={_axis})", (lambda f, a: lambda x: f(x, axis=a))(getattr(wnp, _name), _axis),
+             Arg(_domain, 3, 4), order2=_axis == 1)
+    case(f"{_name} 1-d", getattr(wnp, _name), Arg(_domain, 5))
+case("cumprod with zeros", lambda x: wnp.cumprod(x, axis=1), Arg("near1", 3, 4, zeros=[(0, 1), (0, 3), (1, 2)]),
+     order2=True)
+case("cumprod with zeros 3-d", lambda x: wnp.cumprod(x, axis=1), Arg("near1", 2, 3, 2, zeros=[(0, 0, 1), (1, 1, 0)]),
+     order2=True)
+case("cumprod all zeros", lambda x: wnp.cumprod(x, axis=0), Arg("near1", 3, 2, zeros=[0, 1, 2]), order2=True)
+case("average", wnp.average, real(3, 4))
+case("average(axis=1)", lambda x: wnp.average(x, axis=1), real(3, 4))
+case("average(axis=-1, keepdims)", lambda x: wnp.average(x, axis=-1, keepdims=True), real(3, 4))
+case("average(weights)", lambda x, w: wnp.average(x, weights=w), real(3, 4), pos(3, 4), order2=True)
+case("average(weights, axis=0)", lambda x, w: wnp.average(x, axis=0, weights=w), real(3, 4), pos(3, 4))
+case("average(1-d weights, axis=1)", lambda x, w: wnp.average(x, axis=1, weights=w), real(3, 4), pos(4))
+case("average(returned)", lambda x, w: wnp.average(x, axis=0, weights=w, returned=True), real(3, 4), pos(3))
+case("average(constant weights)", lambda x: wnp.average(x, axis=1, weights=np.array([1.0, 2, 3, 4])), real(3, 4))
+
+
+# --- products and contractions -----------------------------------------------------------------
+case("dot 1-d 1-d", wnp.dot, real(3), real(3))
+case("dot 2-d 1-d", wnp.dot, real(2, 3), real(3))
+case("dot 1-d 2-d", wnp.dot, real(3), real(3, 4))
+case("dot 2-d 2-d", wnp.dot, real(2, 3), real(3, 4), order2=True)
+case("dot 3-d 2-d", wnp.dot, real(2, 3, 4), real(4, 2))
+case("dot 2-d 3-d", wnp.dot, real(2, 3), real(2, 3, 4))
+case("dot 3-d 1-d", wnp.dot, real(2, 3, 4), real(4))
+case("dot 1-d 3-d", wnp.dot, real(3), real(2, 3, 4))
+case("dot 0-d", wnp.dot, real(), real(2, 3))
+case("dot 0-d right", wnp.dot, real(2, 3), real())
+case("dot with constant", lambda a: wnp.dot(a, np.arange(12.0).reshape(3, 4)), real(2, 3))
+case("vdot", wnp.vdot, real(3, 4), real(3, 4))
+case("vdot 1-d 2-d", wnp.vdot, real(4), real(2, 2))
+case("inner 1-d", wnp.inner, real(3), real(3))
+case("inner 2-d", wnp.inner, real(2, 3), real(4, 3), order2=True)
+case("inner 3-d 1-d", wnp.inner, real(2, 3, 4), real(4))
+case("inner 0-d", wnp.inner, real(), real(3))
+case("inner 2-d 3-d", wnp.inner, real(2, 3), real(2, 4, 3))
+case("outer", wnp.outer, real(3), real(4), order2=True)
+case("outer flattens", wnp.outer, real(2, 2), real(3))
+case("outer 0-d", wnp.outer, real(), real(3))
+case("matmul 2-d", wnp.matmul, real(2, 3), real(3, 4), order2=True)
+case("matmul 1-d @ 2-d", wnp.matmul, real(3), real(3, 4))
+case("matmul 2-d @ 1-d", wnp.matmul, real(2, 3), real(3))
+case("matmul 1-d @ 1-d", wnp.matmul, real(3), real(3))
+case("matmul batched", wnp.matmul, real(2, 2, 3), real(2, 3, 4), order2=True)
+case("matmul broadcast batch", wnp.matmul, real(2, 1, 2, 3), real(3, 3, 2))
+case("matmul 2-d @ batch", wnp.matmul, real(2, 3), real(4, 3, 2))
+case("matmul batch @ 1-d", wnp.matmul, real(4, 2, 3), real(3))
+case("matmul 1-d @ batch", wnp.matmul, real(3), real(2, 3, 4))
+case("matmul inner dim 1", wnp.matmul, real(3, 1), real(1, 4))
+case("@ operator", lambda a, b: a @ b, real(2, 3), real(3, 4))
+case("@ operator, constant left", lambda b: np.arange(6.0).reshape(2, 3) @ b, real(3, 4))
+case("tensordot axes=2", wnp.tensordot, real(2, 3, 4), real(3, 4, 2), order2=True)
+case("tensordot axes=1", lambda a, b: wnp.tensordot(a, b, axes=1), real(2, 3), real(3, 4))
+case("tensordot axes=0", lambda a, b: wnp.tensordot(a, b, axes=0), real(2, 3), real(4))
+case("tensordot axes pairs", lambda a, b: wnp.tensordot(a, b, axes=([1, 0], [0, 1])), real(2, 3, 4), real(3, 2))
+case("tensordot negative axes", lambda a, b: wnp.tensordot(a, b, axes=([-1], [0])), real(2, 3), real(3, 4))
+case("tensordot crossed axes", lambda a, b: wnp.tensordot(a, b, axes=([0, 2], [2, 0])), real(2, 3, 4), real(4, 3, 2))
+case("tensordot int axes", lambda a, b: wnp.tensordot(a, b, axes=(1, 0)), real(2, 3), real(3, 4))
+EINSUMS = [  # subscripts, operand shapes
+    ("ij,jk->ik", [(2, 3), (3, 4)]), ("ij->j", [(3, 4)]), ("ij->", [(3, 4)]), ("ij->ji", [(3, 4)]),
+    ("ii->i", [(3, 3)]), ("ii", [(3, 3)]), ("iij->ij", [(3, 3, 2)]), ("iji->j", [(3, 2, 3)]),
+    ("ij,ij->ij", [(3, 4), (3, 4)]), ("i,j->ij", [(3,), (4,)]), ("ij,jk", [(2, 3), (3, 4)]),
+    ("ij,k->i", [(2, 3), (4,)]), ("ij,j->i", [(3, 4), (4,)]), ("i,i->", [(4,), (4,)]),
+    ("...ij,...jk->...ik", [(2, 2, 3), (2, 3, 4)]), ("...ij,jk->...ik", [(2, 2, 3), (3, 4)]),
+    ("i...->...", [(3, 2, 2)]), ("...i,...i->...", [(2, 3), (2, 3)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+    ("i,i,i->", [(4,), (4,), (4,)]), ("ii,i->i", [(3, 3), (3,)]), ("bij,bjk->bik", [(2, 2, 3), (2, 3, 2)]),
+    ("ij,kl->ijkl", [(2, 2), (2, 3)]),
+]
+EINSUM_ORDER2 = {"ij,jk->ik", "ii->i", "...ij,...jk->...ik", "ij,jk,kl->il", "ij,k->i"}
+for _subs, _shapes in EINSUMS:
+    case(f"einsum {_subs}", (lambda s: lambda *ops: wnp.einsum(s, *ops))(_subs), *[real(*s) for s in _shapes],
+         order2=_subs in EINSUM_ORDER2)
+case("einsum ...: size-1 broadcast", lambda a, b: wnp.einsum("...ij,...jk->...ik", a, b), real(1, 2, 3), real(2, 3, 4),
+     order2=True)
+case("einsum ...: fewer dims", lambda a, b: wnp.einsum("...ij,...jk->...ik", a, b), real(2, 3), real(2, 3, 4))
+case("einsum size-1 index broadcast", lambda a, b: wnp.einsum("...i,...i->...", a, b), real(3, 1), real(4))
+case("einsum size-1 named index", lambda a, b: wnp.einsum("ij,ij->j", a, b), real(1, 3), real(4, 3))
+case("einsum with constant operand", lambda a: wnp.einsum("ij,jk->ik", a, np.ones((3, 2))), real(2, 3))
+case("einsum one operand traced twice", lambda a: wnp.einsum("ij,ij->", a, a), real(2, 3))
+case("trace", wnp.trace, real(3, 3))
+case("trace offset", lambda x: wnp.trace(x, offset=1), real(3, 4))
+case("trace negative offset", lambda x: wnp.trace(x, offset=-1), real(4, 3))
+case("trace batched axes", lambda x: wnp.trace(x, axis1=1, axis2=2), real(2, 3, 3), order2=True)
+case("kron 2-d", wnp.kron, real(2, 2), real(2, 3), order2=True)
+case("kron 1-d", wnp.kron, real(3), real(2))
+case("kron mixed ndim", wnp.kron, real(2), real(2, 2))
+case("kron 0-d", wnp.kron, real(), real(2, 3))
+
+
+# --- shape and assembly ----------------------------------------------------------------------------
+_IDX = np.array([2, 0, 2, 1])
+case("reshape", lambda x: wnp.reshape(x, (3, 4)), real(2, 6), order2=True)
+case("reshape -1", lambda x: wnp.reshape(x, (-1, 2)), real(2, 3))
+case("reshape int", lambda x: wnp.reshape(x, 6), real(2, 3))
+case("reshape 0-d", lambda x: wnp.reshape(x, (1, 1)), real())
+case("ravel", wnp.ravel, real(2, 3))
+case("transpose", wnp.transpose, real(2, 3, 4))
+case("transpose axes", lambda x: wnp.transpose(x, (1, 2, 0)), real(2, 3, 4), order2=True)
+case("transpose negative axes", lambda x: wnp.transpose(x, (-1, 0, 1)), real(2, 3, 4))
+case("moveaxis", lambda x: wnp.moveaxis(x, 0, -1), real(2, 3, 4))
+case("moveaxis lists", lambda x: wnp.moveaxis(x, [0, 1], [2, 0]), real(2, 3, 4))
+case("swapaxes", lambda x: wnp.swapaxes(x, 0, 2), real(2, 3, 4))
+case("expand_dims", lambda x: wnp.expand_dims(x, 1), real(2, 3))
+case("expand_dims -1", lambda x: wnp.expand_dims(x, -1), real(2, 3))
+case("expand_dims tuple", lambda x: wnp.expand_dims(x, (0, 3)), real(2, 3))
+case("squeeze", wnp.squeeze, real(1, 3, 1))
+case("squeeze axis", lambda x: wnp.squeeze(x, axis=-1), real(1, 3, 1))
+case("broadcast_to", lambda x: wnp.broadcast_to(x, (2, 3, 4)), real(3, 1), order2=True)
+case("broadcast_to int", lambda x: wnp.broadcast_to(x, 4), real(1))
+case("broadcast_arrays", wnp.broadcast_arrays, real(3, 1), real(4))
+case("concatenate", lambda x, y: wnp.concatenate([x, y]), real(2, 3), real(1, 3), order2=True)
+case("concatenate axis=1", lambda x, y: wnp.concatenate((x, y, x), axis=1), real(2, 3), real(2, 1))
+case("concatenate axis=-1", lambda x, y: wnp.concatenate([x, y], axis=-1), real(2, 2), real(2, 3))
+case("concatenate axis=None", lambda x, y: wnp.concatenate([x, y], axis=None), real(2, 2), real(3))
+case("concatenate constant", lambda x: wnp.concatenate([np.ones((1, 3)), x]), real(2, 3))
+case("stack", lambda x, y: wnp.stack([x, y]), real(2, 3), real(2, 3))
+case("stack axis=-1", lambda x, y: wnp.stack([x, y, x], axis=-1), real(2, 3), real(2, 3))
+case("stack 0-d", lambda x, y: wnp.stack([x, y]), real(), real())
+case("hstack 1-d", lambda x, y: wnp.hstack([x, y]), real(2), real(3))
+case("hstack 2-d", lambda x, y: wnp.hstack([x, y]), real(2, 1), real(2, 3))
+case("hstack 0-d", lambda x, y: wnp.hstack([x, y]), real(), real(2))
+case("vstack 1-d", lambda x, y: wnp.vstack([x, y]), real(3), real(3))
+case("vstack 2-d", lambda x, y: wnp.vstack([x, y]), real(1, 3), real(2, 3))
+case("row_stack", lambda x, y: wnp.row_stack([x, y]), real(3), real(2, 3))
+case("dstack", lambda x, y: wnp.dstack([x, y]), real(2, 3), real(2, 3))
+case("dstack 1-d", lambda x, y: wnp.dstack([x, y]), real(3), real(3))
+case("column_stack", lambda x, y: wnp.column_stack([x, y]), real(3), real(3, 2))
+case("split", lambda x: wnp.split(x, 2), real(4, 3))
+case("split indices", lambda x: wnp.split(x, [1, 3], axis=1), real(2, 4), order2=True)
+case("split negative axis", lambda x: wnp.split(x, 3, axis=-1), real(2, 3))
+case("split negative index", lambda x: wnp.split(x, [-1], axis=1), real(3, 4))
+case("array_split past the end", lambda x: wnp.array_split(x, [1, 10]), real(3, 4))
+case("array_split uneven", lambda x: wnp.array_split(x, 3), real(5, 2))
+case("array_split more than size", lambda x: wnp.array_split(x, 4, axis=1), real(2, 3))
+case("hsplit", lambda x: wnp.hsplit(x, 2), real(3, 4))
+case("vsplit", lambda x: wnp.vsplit(x, [1]), real(3, 4))
+case("tile int", lambda x: wnp.tile(x, 2), real(2, 3))
+case("tile tuple", lambda x: wnp.tile(x, (2, 1)), real(2, 3), order2=True)
+case("tile more reps than dims", lambda x: wnp.tile(x, (2, 1, 2)), real(3))
+case("tile 0-d", lambda x: wnp.tile(x, 3), real())
+case("repeat scalar", lambda x: wnp.repeat(x, 2), real(2, 3))
+case("repeat scalar axis", lambda x: wnp.repeat(x, 3, axis=1), real(2, 3), order2=True)
+case("repeat negative axis", lambda x: wnp.repeat(x, 2, axis=-2), real(2, 3))
+case("repeat array", lambda x: wnp.repeat(x, [1, 0, 3], axis=1), real(2, 3), order2=True)
+case("repeat array flat", lambda x: wnp.repeat(x, [2, 1, 1, 0, 1, 3]), real(2, 3))
+case("repeat size-1 array", lambda x: wnp.repeat(x, np.array([2]), axis=0), real(2, 3))
+case("repeat 0-d", lambda x: wnp.repeat(x, 3), real())
+case("pad constant", lambda x: wnp.pad(x, 1), real(2, 3), order2=True)
+case("pad constant per axis", lambda x: wnp.pad(x, ((1, 0), (0, 2))), real(2, 3))
+case("pad constant value", lambda x: wnp.pad(x, ((0, 1), (2, 1)), constant_values=1.5), real(2, 3))
+case("pad edge", lambda x: wnp.pad(x, ((1, 2), (2, 0)), mode="edge"), real(2, 3), order2=True)
+case("pad reflect", lambda x: wnp.pad(x, 2, mode="reflect"), real(3, 4))
+case("pad symmetric", lambda x: wnp.pad(x, ((1, 1), (0, 2)), mode="symmetric"), real(3, 4))
+case("pad wrap", lambda x: wnp.pad(x, ((1, 2), (3, 0)), mode="wrap"), real(3, 4))
+case("pad 1-d", lambda x: wnp.pad(x, (2, 1), mode="reflect"), real(4))
+case("pad reflect wider than axis", lambda x: wnp.pad(x, ((5, 4), (0, 0)), mode="reflect"), real(3, 2))
+case("pad maximum", lambda x: wnp.pad(x, ((1, 2), (2, 1)), mode="maximum"), distinct(3, 4), order2=True)
+case("pad minimum", lambda x: wnp.pad(x, 1, mode="minimum"), distinct(3, 4))
+case("pad mean", lambda x: wnp.pad(x, ((0, 2), (1, 0)), mode="mean"), real(3, 4))
+case("flip", wnp.flip, real(2, 3))
+case("flip axis", lambda x: wnp.flip(x, 1), real(2, 3, 2))
+case("flip axes", lambda x: wnp.flip(x, (0, -1)), real(2, 3, 2))
+case("fliplr", wnp.fliplr, real(2, 3))
+case("flipud", wnp.flipud, real(2, 3))
+case("roll flat", lambda x: wnp.roll(x, 2), real(2, 3), order2=True)
+case("roll axis", lambda x: wnp.roll(x, -1, axis=1), real(2, 3))
+case("roll axes", lambda x: wnp.roll(x, (1, 2), axis=(0, 1)), real(2, 3))
+case("diag of 1-d", wnp.diag, real(3), order2=True)
+case("diag of 1-d k=1", lambda v: wnp.diag(v, 1), real(3))
+case("diag of 1-d k=-2", lambda v: wnp.diag(v, k=-2), real(2))
+case("diag of 2-d", wnp.diag, real(3, 3))
+case("diag of 2-d k=1", lambda x: wnp.diag(x, 1), real(3, 4))
+case("diag of 2-d k=-1", lambda x: wnp.diag(x, -1), real(4, 3))
+case("diagonal", wnp.diagonal, real(3, 4))
+case("diagonal axes", lambda x: wnp.diagonal(x, offset=1, axis1=2, axis2=0), real(3, 2, 4))
+case("diagonal negative axes", lambda x: wnp.diagonal(x, axis1=-1, axis2=-2), real(2, 3, 3))
+case("triu", wnp.triu, real(3, 4), order2=True)
+case("triu k=1", lambda x: wnp.triu(x, 1), real(4, 3))
+case("tril", wnp.tril, real(3, 4))
+case("tril k=-1", lambda x: wnp.tril(x, k=-1), real(2, 3, 3))
+case("take flat", lambda x: wnp.take(x, _IDX), real(2, 3))
+case("take axis", lambda x: wnp.take(x, _IDX, axis=1), real(2, 3), order2=True)
+case("take negative axis", lambda x: wnp.take(x, [[0, 1], [1, 1]], axis=-2), real(2, 3))
+case("take scalar index", lambda x: wnp.take(x, 1, axis=0), real(2, 3))
+case("take_along_axis", lambda x: wnp.take_along_axis(x, np.array([[0, 2, 2], [1, 1, 0]]), axis=1), real(2, 3))
+case("take_along_axis axis=0", lambda x: wnp.take_along_axis(x, np.array([[1, 0, 1]]), axis=0), real(2, 3))
+case("take_along_axis None", lambda x: wnp.take_along_axis(x, np.array([5, 0, 0]), axis=None), real(2, 3))
+case("sort", wnp.sort, distinct(3, 4), order2=True)
+case("sort axis=0", lambda x: wnp.sort(x, axis=0), distinct(3, 4))
+case("sort axis=None", lambda x: wnp.sort(x, axis=None), distinct(3, 4))
+case("sort 1-d", wnp.sort, distinct(5))
+case("atleast_1d 0-d", wnp.atleast_1d, real())
+case("atleast_1d many", lambda x, y: wnp.atleast_1d(x, y), real(), real(2, 3))
+case("atleast_2d 0-d", wnp.atleast_2d, real())
+case("atleast_2d 1-d", wnp.atleast_2d, real(3))
+case("atleast_3d 1-d", wnp.atleast_3d, real(3))
+case("atleast_3d 2-d", wnp.atleast_3d, real(2, 3))
+case("atleast_3d 0-d", wnp.atleast_3d, real())
+case("copy", wnp.copy, real(2, 3))
+case("astype float64", lambda x: wnp.astype(x, np.float64) * 2, real(2, 3))
+case("array of traced", lambda x, y: wnp.array([x, y, x * y]), real(), real())
+case("array nested", lambda x, y: wnp.array([[x, 1.0], [y, x]]), real(), real())
+case("array of arrays", lambda x, y: wnp.array([x, y]), real(3), real(3))
+case("asarray of traced list", lambda x: wnp.asarray([x, x]), real(2))
+
+
+# --- lists of traced values where NumPy takes an array (NumPy converts them; so does wengert) --------
+case("sum([x, y])", lambda x, y: wnp.sum([x, y], axis=0), real(3), real(3))
+case("mean([x0, y1, 2.0])", lambda x, y: wnp.mean([x[0], y[1], 2.0]), real(3), real(3))
+case("max([x, y])", lambda x, y: wnp.max([x, y], axis=0), real(3), real(3))
+case("var([x, y])", lambda x, y: wnp.var([x, y], axis=1), real(3), real(3))
+case("trace(nested list)", lambda x, y: wnp.trace([[x[0], y[0]], [y[1], x[1]]]), real(3), real(3))
+case("dot(list, x)", lambda x, y: wnp.dot([x, y], x), real(3), real(3))
+case("matmul(list, x)", lambda x, y: wnp.matmul([x, y], x), real(3), real(3))
+case("einsum(list)", lambda x, y: wnp.einsum("ij->j", [x, y]), real(3), real(3))
+case("concatenate([list, x])", lambda x, y: wnp.concatenate([[x[0], y[0]], x]), real(3), real(3))
+case("column_stack([list, x])", lambda x, y: wnp.column_stack([[x[0], y[0], 1.0], x]), real(3), real(3))
+case("hstack(scalars)", lambda x, y: wnp.hstack([x[0], y[0], 1.0]), real(3), real(3))
+
+# --- indexing -------------------------------------------------------------------------------------
+INDEXES = [  # name, index, argument shape
+    ("x[int]", 1, (3, 4)), ("x[-1]", -1, (3, 4)), ("x[int, int]", (2, 1), (3, 4)),
+    ("x[slice]", slice(1, 3), (3, 4)), ("x[::2, 1]", (slice(None, None, 2), 1), (3, 4)),
+    ("x[::-1]", slice(None, None, -1), (4,)), ("x[None]", None, (3, 4)), ("x[..., 0]", (Ellipsis, 0), (2, 3, 4)),
+    ("x[1, ..., None]", (1, Ellipsis, None), (2, 3, 4)), ("x[bool mask]", _MASK, (3, 4)),
+    ("x[row mask]", np.array([True, False, True]), (3, 4)),
+    ("x[int array] duplicates", np.array([0, 2, 0, 0]), (3, 4)), ("x[int list] duplicates", [1, 1, 2], (3, 4)),
+    ("x[arr, arr]", (np.array([0, 1, 0]), np.array([2, 2, 2])), (3, 4)),
+    ("x[:, arr]", (slice(None), np.array([1, 1, 3])), (3, 4)),
+    ("x[arr, 1:]", (np.array([2, 0, 2]), slice(1, None)), (3, 4)),
+    ("x[2-d int array]", np.array([[0, 1], [1, 1]]), (3, 4)),
+    ("x[mixed int, arr, slice]", (1, np.array([0, 0, 2]), slice(None, 2)), (2, 3, 4)),
+    ("x[()]", (), ()), ("x[negative int array]", np.array([-1, 0, -1]), (3, 4)),
+    ("x[int list, :]", ([0, 2], slice(None)), (3, 4)), ("x[empty int array]", np.array([], dtype=int), (3, 4)),
+]
+INDEX_ORDER2 = {"x[slice]", "x[bool mask]", "x[int array] duplicates"}
+for _name, _index, _shape in INDEXES:
+    case(_name, (lambda i: lambda x: x[i])(_index), real(*_shape), order2=_name in INDEX_ORDER2)
+case("x[0][1:] twice", lambda x: x[0][1:] * x[0][:-1] + x[1][:3], real(3, 4), order2=True)
+case("many reads of one array", lambda x: sum(x[i] * x[j] for i in range(3) for j in range(i, 3)), real(3, 2))
+case("x[x > 0]", lambda x: x[x > 0], nonzero(3, 4))
+case("iterate rows", lambda x: wnp.stack([r * k for k, r in enumerate(x)]), real(3, 2))
+
+
+# --- Tracer methods and operators ------------------------------------------------------------------
+case(".sum()", lambda x: x.sum(), real(3, 4))
+case(".sum(axis)", lambda x: x.sum(axis=0, keepdims=True), real(3, 4))
+case(".mean(axis)", lambda x: x.mean(1), real(3, 4))
+case(".prod(axis)", lambda x: x.prod(axis=1), near1(3, 4))
+case(".max()", lambda x: x.max(), distinct(3, 4))
+case(".min(axis)", lambda x: x.min(axis=-1), distinct(3, 4))
+case(".var()", lambda x: x.var(ddof=1), real(3, 4))
+case(".std(axis)", lambda x: x.std(axis=0), real(3, 4))
+case(".cumsum(axis)", lambda x: x.cumsum(axis=1), real(3, 4))
+case(".cumprod()", lambda x: x.cumprod(), near1(3, 2))
+case(".reshape(*shape)", lambda x: x.reshape(4, 3), real(3, 4))
+case(".reshape(tuple)", lambda x: x.reshape((2, -1)), real(3, 4))
+case(".T", lambda x: x.T, real(3, 4))
+case(".mT", lambda x: x.mT, real(2, 3, 4))
+case(".transpose(*axes)", lambda x: x.transpose(2, 0, 1), real(2, 3, 4))
+case(".swapaxes", lambda x: x.swapaxes(0, 1), real(3, 4))
+case(".dot", lambda x, y: x.dot(y), real(3, 4), real(4))
+case(".astype(float64)", lambda x: x.astype("float64"), real(3, 4))
+case(".clip", lambda x: x.clip(-0.5, 0.5), real(3, 4))
+case(".clip(max=)", lambda x: x.clip(max=0.5), real(3, 4))
+case(".flatten", lambda x: x.flatten(), real(3, 4))
+case(".ravel", lambda x: x.ravel(), real(3, 4))
+case(".squeeze", lambda x: x.squeeze(), real(3, 1))
+case(".repeat", lambda x: x.repeat(2, axis=0), real(3, 1))
+case(".take", lambda x: x.take([0, 0, 2]), real(3, 1))
+case(".diagonal", lambda x: x.diagonal(), real(3, 4))
+case(".trace", lambda x: x.trace(), real(3, 4))
+case(".copy", lambda x: x.copy(), real(3, 4))
+case(".conj", lambda x: x.conj(), real(3, 4))
+case(".real", lambda x: x.real, real(3, 4))
+OPERATORS = [  # name, function
+    ("x + y", lambda x, y: x + y), ("x - y", lambda x, y: x - y), ("x * y", lambda x, y: x * y),
+    ("x / y", lambda x, y: x / y), ("x ** y", lambda x, y: abs(x) ** y), ("x % y", lambda x, y: (x * 3) % y),
+    ("-x", lambda x, y: -x * y), ("+x", lambda x, y: +x * y), ("abs(x)", lambda x, y: abs(x) * y),
+    ("c + x", lambda x, y: 2.0 + x + np.ones(4) + y), ("c - x", lambda x, y: 2.0 - x - y),
+    ("c * x", lambda x, y: 2.0 * x * y), ("c / x", lambda x, y: 2.0 / x / y), ("c ** x", lambda x, y: 2.0 ** x * y),
+    ("c % x", lambda x, y: 5.0 % abs(y)), ("array + x", lambda x, y: np.ones((3, 4)) + x - np.ones(4) * y),
+    ("array * x", lambda x, y: np.arange(4.0) * x / (np.ones(4) + abs(y))),
+]
+for _name, _fn in OPERATORS:
+    case(_name, _fn, nonzero(3, 4), nonzero(4), order2=_name in {"x / y", "x ** y"})
+
+
+
+# --- NumPy's own functions on traced values (__array_ufunc__ / __array_function__) ----------------
+NUMPY_OWN = [  # name, function, argument specs
+    ("np.sin", lambda x: np.sin(x), [real(3, 4)]),
+    ("np.exp * ndarray", lambda x: np.exp(x) * np.arange(4.0), [real(3, 4)]),
+    ("np.add(ndarray, x)", lambda x: np.add(np.ones(4), x), [real(3, 4)]),
+    ("ndarray + x", lambda x: np.ones((3, 4)) + x, [real(3, 4)]),
+    ("ndarray * x", lambda x: np.arange(4.0) * x, [real(3, 4)]),
+    ("ndarray @ x", lambda x: np.ones((2, 3)) @ x, [real(3, 4)]),
+    ("np.maximum", lambda x, y: np.maximum(x, y), [real(3, 4), real(4)]),
+    ("np.power", lambda x: np.power(x, 3), [real(3, 4)]),
+    ("np.sqrt", lambda x: np.sqrt(x), [pos(3, 4)]),
+    ("np.sum(axis=0)", lambda x: np.sum(x, axis=0), [real(3, 4)]),
+    ("np.mean", lambda x: np.mean(x), [real(3, 4)]),
+    ("np.mean(axis, keepdims)", lambda x: np.mean(x, axis=1, keepdims=True), [real(3, 4)]),
+    ("np.var", lambda x: np.var(x, axis=0), [real(3, 4)]),
+    ("np.std", lambda x: np.std(x), [real(3, 4)]),
+    ("np.max", lambda x: np.max(x, axis=1), [distinct(3, 4)]),
+    ("np.prod", lambda x: np.prod(x), [near1(3, 2)]),
+    ("np.cumsum", lambda x: np.cumsum(x, axis=0), [real(3, 4)]),
+    ("np.add.reduce", lambda x: np.add.reduce(x), [real(3, 4)]),
+    ("np.multiply.reduce", lambda x: np.multiply.reduce(x, axis=1), [near1(3, 4)]),
+    ("np.maximum.reduce", lambda x: np.maximum.reduce(x, axis=None), [distinct(3, 4)]),
+    ("np.einsum", lambda x: np.einsum("ij->j", x), [real(3, 4)]),
+    ("np.einsum two operands", lambda x, y: np.einsum("ij,jk->ik", x, y), [real(2, 3), real(3, 4)]),
+    ("np.dot", lambda x, y: np.dot(x, y), [real(2, 3), real(3)]),
+    ("np.matmul", lambda x, y: np.matmul(x, y), [real(2, 3), real(3, 4)]),
+    ("np.tensordot", lambda x, y: np.tensordot(x, y, axes=1), [real(2, 3), real(3, 4)]),
+    ("np.outer", lambda x, y: np.outer(x, y), [real(3), real(2)]),
+    ("np.trace", lambda x: np.trace(x), [real(3, 3)]),
+    ("np.concatenate", lambda x: np.concatenate([x, x]), [real(2, 3)]),
+    ("np.concatenate with ndarray", lambda x: np.concatenate([np.zeros((1, 3)), x], axis=0), [real(2, 3)]),
+    ("np.stack", lambda x, y: np.stack([x, y], axis=1), [real(2, 3), real(2, 3)]),
+    ("np.reshape", lambda x: np.reshape(x, (4, 3)), [real(3, 4)]),
+    ("np.transpose", lambda x: np.transpose(x), [real(3, 4)]),
+    ("np.where", lambda x: np.where(_MASK, x, 0.0), [real(3, 4)]),
+    ("np.clip", lambda x: np.clip(x, -0.5, 0.5), [real(3, 4)]),
+    ("np.sort", lambda x: np.sort(x, axis=0), [distinct(3, 4)]),
+    ("np.pad", lambda x: np.pad(x, 1, mode="edge"), [real(2, 3)]),
+    ("np.tile", lambda x: np.tile(x, (2, 1)), [real(2, 3)]),
+    ("np.take", lambda x: np.take(x, [0, 0, 2], axis=1), [real(2, 3)]),
+    ("np.diag", lambda x: np.diag(x), [real(3)]),
+    ("np.split", lambda x: np.split(x, 2, axis=1), [real(3, 4)]),
+    ("np.average", lambda x: np.average(x, axis=0, weights=np.arange(1.0, 4.0)), [real(3, 4)]),
+    ("np.abs", lambda x: np.abs(x), [nonzero(3, 4)]),
+    ("np.linalg-free composition", lambda x: np.sum(np.tanh(x @ x.T) ** 2), [real(3, 4)]),
+]
+for _name, _fn, _specs in NUMPY_OWN:
+    case(_name, _fn, *_specs, order2=_name in {"np.sin", "np.einsum two operands", "np.var"})
+
+CASE_IDS = list(CASES)
+
+
+def assert_same_values(traced, plain):
+    """The traced computation returns NumPy's values, shapes and dtypes (up to rounding)."""
+    t_leaves, t_def = wg.tree.flatten(traced)
+    p_leaves, p_def = wg.tree.flatten(plain)
+    assert t_def == p_def
+    for t, p in zip(t_leaves, p_leaves):
+        assert np.shape(t) == np.shape(p)
+        assert np.result_type(t) == np.result_type(p)
+        np.testing.assert_allclose(t, p, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", CASE_IDS)
+def test_first_order(name):
+    fn, specs = CASES[name]
+    args = draw(name, specs)
+    traced_out, _ = wg.vjp(fn, *args)
+    assert_same_values(traced_out, fn(*args))
+    # inside each function's smooth domain (a nan would make finite differences meaningless)
+    assert all(np.all(np.isfinite(leaf)) for leaf in wg.tree.flatten(traced_out)[0])
+    wg.check_grads(fn, args, order=1)
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_second_order(name):
+    fn, specs = CASES[name]
+    wg.check_grads(fn, draw(name, specs), order=2)
+
+
+def test_the_table_is_large_enough():
+    """Guards against a loop above silently producing nothing."""
+    assert len(CASES) > 500
+    assert len(SECOND_ORDER) >= 25
+
+
+def test_every_differentiable_function_is_in_the_table():
+    """A new function in ``wengert.numpy`` must get a row above (its name, called as ``wnp.name``)."""
+    import pathlib
+    import re
+
+    from wengert.numpy import _functions
+
+    source = pathlib.Path(__file__).read_text()
+    names = [n for n in _functions.__all__
+             if callable(getattr(wnp, n)) and not getattr(getattr(wnp, n), "nondiff", False)]
+    assert len(names) > 100
+    missing = [n for n in names if not re.search(rf'wnp\.{n}\b|\("{n}"', source)]
+    assert not missing, f"no gradient test for wengert.numpy.{missing}"
+
+
+# --- functions without a derivative: plain values, zero gradient ----------------------------------
+X = np.array([[0.3, -1.7, 2.5, np.nan], [1.5, 0.2, -0.6, 4.0]])
+NONDIFF = [  # name, function of the traced value (NumPy's name, NumPy's protocol, or a method)
+    ("wnp.argmax", lambda x: wnp.argmax(x[:, :3], axis=1)), ("np.argmax", lambda x: np.argmax(x[:, :3])),
+    ("x.argmax", lambda x: x[:, :3].argmax(axis=0)), ("wnp.argmin", lambda x: wnp.argmin(x[:, :3])),
+    ("wnp.argsort", lambda x: wnp.argsort(x[:, :3], axis=1)), ("np.argsort", lambda x: np.argsort(x[:, :3])),
+    ("x.argsort", lambda x: x[:, :3].argsort()), ("wnp.floor", lambda x: wnp.floor(x)),
+    ("np.floor", lambda x: np.floor(x)), ("wnp.ceil", lambda x: wnp.ceil(x)),
+    ("wnp.round", lambda x: wnp.round(x, 1)), ("np.round", lambda x: np.round(x)), ("x.round", lambda x: x.round()),
+    ("wnp.rint", lambda x: wnp.rint(x)), ("wnp.trunc", lambda x: wnp.trunc(x)), ("wnp.sign", lambda x: wnp.sign(x)),
+    ("np.sign", lambda x: np.sign(x)), ("wnp.isnan", lambda x: wnp.isnan(x)), ("np.isnan", lambda x: np.isnan(x)),
+    ("wnp.isfinite", lambda x: wnp.isfinite(x)), ("x > 0", lambda x: x > 0), ("x <= x", lambda x: x <= x[0]),
+    ("x == x", lambda x: x == x), ("0.5 < x", lambda x: 0.5 < x), ("np.greater", lambda x: np.greater(x, 0)),
+    ("wnp.less", lambda x: wnp.less(x, 1)), ("x // 1", lambda x: x // 1.0), ("wnp.floor_divide", lambda x: wnp.floor_divide(x, 2)),
+    ("wnp.nonzero", lambda x: wnp.nonzero(x > 0)), ("wnp.count_nonzero", lambda x: wnp.count_nonzero(x > 0)),
+    ("wnp.any", lambda x: wnp.any(x > 3)), ("x.all", lambda x: (x > -5).all()),
+    ("wnp.searchsorted", lambda x: wnp.searchsorted(np.arange(3.0), x[0])),
+    ("wnp.zeros_like", lambda x: wnp.zeros_like(x)), ("wnp.shape", lambda x: wnp.shape(x)),
+]
+
+
+def _plain(value):
+    return tuple(_plain(v) for v in value) if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("name,fn", NONDIFF, ids=[n for n, _ in NONDIFF])
+def test_nondifferentiable_functions_pass_values_through(name, fn):
+    seen = {}
+
+    def f(x):
+        out = fn(x)
+        seen["out"] = out
+        return wnp.sum(x * 0.0)  # a traced scalar, so grad runs a backward pass
+
+    g = wg.grad(f)(X)
+    out = seen["out"]
+    leaves = wg.tree.flatten(out)[0]
+    assert not any(isinstance(v, wg.Tracer) for v in leaves), f"{name} returned a traced value"
+    expected = fn(X)
+    for got, want in zip(leaves, wg.tree.flatten(expected)[0]):
+        np.testing.assert_array_equal(got, want)
+        assert np.result_type(got) == np.result_type(want)
+    np.testing.assert_array_equal(np.nan_to_num(g), 0.0)
+
+
+def test_nondifferentiable_results_have_zero_gradient_but_do_not_stop_others():
+    x = np.array([[0.3, -1.7, 2.5], [1.5, 0.2, -0.6]])
+    # the output depends on x only through functions without a derivative: gradient exactly 0
+    for fn in [lambda x: wnp.sum(wnp.floor(x) * 1.0), lambda x: wnp.sum(wnp.sign(x) + (x > 0)),
+               lambda x: wnp.sum(np.round(x)) + 0.0, lambda x: float(wnp.argmax(x)) + 0.0]:
+        g = wg.grad(lambda x: fn(x) + wnp.sum(x * 0.0))(x)
+        np.testing.assert_array_equal(g, np.zeros_like(x))
+        assert g.dtype == x.dtype
+    # used alongside differentiable operations, they act as constants
+    wg.check_grads(lambda x: wnp.sum(x * wnp.floor(x) + wnp.sign(x) * x ** 2), (x,))
+    wg.check_grads(lambda x: x[np.arange(2), wnp.argmax(x, axis=1)], (x,))
+    wg.check_grads(lambda x: wnp.take_along_axis(x, wnp.argsort(x, axis=1), axis=1), (x,))
+    wg.check_grads(lambda x: wnp.where(wnp.isnan(x) | (x > 0), x, 0.0), (x,))
+
+
+def test_numpy_function_without_a_rule_names_it():
+    with pytest.raises(wg.NoDerivativeError, match="median"):
+        wg.grad(lambda x: np.median(x))(np.arange(3.0))
+    with pytest.raises(wg.NoDerivativeError, match="median"):
+        wg.grad(lambda x: wnp.median(x))(np.arange(3.0))
+    with pytest.raises(TypeError, match="gradient"):
+        wg.grad(lambda x: np.asarray(x).sum())(np.arange(3.0))
+
+
+@pytest.mark.parametrize("mode", ["linear_ramp", "median", "empty"])
+def test_pad_modes_without_a_traced_version_say_so(mode):
+    with pytest.raises(NotImplementedError, match=mode):
+        wg.grad(lambda x: wnp.sum(wnp.pad(x, 1, mode=mode)))(np.arange(3.0))
+
+
+# --- plain arrays: exactly NumPy's result ---------------------------------------------------------
+_I = np.arange(12).reshape(3, 4)  # integers
+_F = np.linspace(-2.0, 3.0, 12).reshape(3, 4)
+_S = _F.astype(np.float32)
+_B = _I % 3 == 0
+PLAIN = [  # name, positional args, keyword args
+    ("add", (_I, 2), {}), ("add", (_S, 1.5), {}), ("divide", (_I, 4), {}), ("power", (_I, 2), {}),
+    ("sqrt", (_I,), {}), ("exp", (_S,), {}), ("maximum", (_I, _F), {}), ("abs", (-_I,), {}),
+    ("remainder", (_I, 5), {}), ("arctan2", (_S, _F), {}), ("sin", (3,), {}), ("log1p", (_B,), {}),
+    ("where", (_B, _I, _F), {}), ("where", (_B,), {}), ("clip", (_I, 2, 7), {}), ("clip", (_S,), {"max": 1.0, "min": 0.0}),
+    ("sum", (_I,), {}), ("sum", (_B,), {"axis": 0}), ("sum", (_S,), {"axis": (0, 1), "keepdims": True}),
+    ("mean", (_I,), {"axis": 1}), ("mean", (_S,), {}), ("prod", (_I + 1,), {"axis": -1}),
+    ("max", (_I,), {"axis": 0}), ("amin", (_S,), {"keepdims": True}), ("var", (_I,), {"ddof": 1}),
+    ("std", (_S,), {"axis": 0}), ("cumsum", (_I,), {}), ("cumprod", (_S,), {"axis": 1}),
+    ("average", (_I,), {"axis": 0, "weights": [1, 2, 3]}), ("average", (_S,), {"returned": True}),
+    ("dot", (_I, _I.T), {}), ("vdot", (_I, _F), {}), ("inner", (_S, _S), {}), ("outer", (_I[0], _F[1]), {}),
+    ("matmul", (_I, _I.T), {}), ("tensordot", (_I, _F), {"axes": ([0, 1], [0, 1])}),
+    ("einsum", ("ij,kj->ik", _I, _F), {}), ("einsum", ("ii->i", _I[:, :3]), {}), ("trace", (_S,), {}),
+    ("kron", (_I[:2, :2], _I[:2, :2]), {}), ("reshape", (_I, (4, 3)), {}), ("ravel", (_S,), {}),
+    ("transpose", (_I,), {}), ("moveaxis", (_I, 0, 1), {}), ("swapaxes", (_F, 0, 1), {}),
+    ("expand_dims", (_I, (0, 2)), {}), ("squeeze", (_I[:1],), {}), ("broadcast_to", (_I[0], (2, 4)), {}),
+    ("concatenate", ([_I, _F],), {}), ("concatenate", ([_I, _I],), {"axis": None}), ("stack", ([_I, _I],), {"axis": 1}),
+    ("hstack", ([_I, _B],), {}), ("vstack", ([_I[0], _F],), {}), ("dstack", ([_S, _S],), {}),
+    ("column_stack", ([_I[0], _F[0]],), {}), ("split", (_I, 2, 1), {}), ("array_split", (_F, 3, 1), {}),
+    ("tile", (_I, (2, 1)), {}), ("repeat", (_I, [1, 0, 2], 0), {}), ("repeat", (_S, 2), {}),
+    ("pad", (_I, 1), {}), ("pad", (_F, ((1, 0), (2, 1))), {"mode": "reflect"}), ("pad", (_S, 2), {"mode": "maximum"}),
+    ("flip", (_I,), {}), ("fliplr", (_I,), {}), ("roll", (_I, 2), {"axis": 1}), ("diag", (_I,), {"k": 1}),
+    ("diag", (_I[0],), {}), ("diagonal", (_F,), {"offset": -1}), ("triu", (_I,), {}), ("tril", (_S, -1), {}),
+    ("take", (_I, [0, 0, 2]), {}), ("take_along_axis", (_I, np.array([[1], [0], [3]]), 1), {}),
+    ("sort", (_F[::-1],), {"axis": 0}), ("atleast_1d", (3.0,), {}), ("atleast_2d", (_I[0],), {}),
+    ("atleast_3d", (_I,), {}), ("copy", (_S,), {}), ("array", ([[1, 2], [3, 4]],), {}), ("asarray", (_S,), {}),
+    ("argmax", (_F,), {"axis": 0}), ("floor", (_S,), {}), ("round", (_F, 1), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs", PLAIN, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(PLAIN)])
+def test_plain_arrays_get_numpy_result_exactly(name, args, kwargs):
+    got = getattr(wnp, name)(*args, **kwargs)
+    want = getattr(np, name)(*args, **kwargs)
+    assert type(got) is type(want)
+    for g, w in zip(wg.tree.flatten(got)[0], wg.tree.flatten(want)[0]):
+        assert type(g) is type(w)
+        assert np.result_type(g) == np.result_type(w)
+        np.testing.assert_array_equal(g, w)
+
+
+# --- ties in max / min / maximum / minimum share the gradient equally -----------------------------
+def test_max_ties_share_gradient_equally():
+    x = np.array([1.0, 3.0, 3.0])
+    np.testing.assert_array_equal(wg.grad(wnp.max)(x), [0.0, 0.5, 0.5])
+    np.testing.assert_array_equal(wg.grad(wnp.amax)(x), [0.0, 0.5, 0.5])
+    np.testing.assert_array_equal(wg.grad(lambda x: np.max(x))(x), [0.0, 0.5, 0.5])
+    np.testing.assert_array_equal(wg.grad(lambda x: x.max())(x), [0.0, 0.5, 0.5])
+    np.testing.assert_array_equal(wg.grad(wnp.min)(np.array([2.0, 2.0, 2.0])), [1 / 3, 1 / 3, 1 / 3])
+    m = np.array([[1.0, 1.0, 0.0], [2.0, 5.0, 5.0], [4.0, 4.0, 4.0]])
+    np.testing.assert_allclose(wg.grad(lambda m: wnp.sum(wnp.max(m, axis=1) * np.array([1.0, 2.0, 3.0])))(m),
+                               [[0.5, 0.5, 0], [0, 1, 1], [1, 1, 1]])
+    np.testing.assert_allclose(wg.grad(lambda m: wnp.sum(wnp.amin(m, axis=0, keepdims=True)))(m),
+                               [[1, 1, 1], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_allclose(wg.grad(lambda m: wnp.sum(wnp.max(m, axis=(0, 1))))(m),
+                               [[0, 0, 0], [0, 0.5, 0.5], [0, 0, 0]])
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum", "fmax", "fmin"])
+def test_binary_extremum_ties_share_gradient_equally(name):
+    fn = getattr(wnp, name)
+    x = np.array([[1.0, 2.0, 3.0], [2.0, 2.0, 0.0]])
+    y = np.array([2.0, 2.0, 2.0])  # broadcast against x; ties at [:, 1] and [1, 0]
+    gx, gy = wg.grad(lambda x, y: wnp.sum(fn(x, y)), argnums=(0, 1))(x, y)
+    x_wins = (x > y) if name in ("maximum", "fmax") else (x < y)
+    tie = x == y
+    np.testing.assert_array_equal(gx, x_wins + 0.5 * tie)
+    np.testing.assert_array_equal(gy, np.sum(~x_wins & ~tie, axis=0) + 0.5 * np.sum(tie, axis=0))
+    # a two-way tie is where central differences take the average of the one-sided slopes: the same
+    wg.check_grads(lambda x, y: fn(x, y), (x, y))
+    wg.check_grads(lambda x: fn(x, x[::-1]), (np.array([1.0, 2.0, 1.0]),))
+
+
+def test_fmax_ignores_nan_in_the_gradient():
+    x, y = np.array([np.nan, 1.0, 3.0]), np.array([2.0, np.nan, 1.0])
+    gx, gy = wg.grad(lambda x, y: wnp.sum(wnp.fmax(x, y)), argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(gx, [0, 1, 1])
+    np.testing.assert_array_equal(gy, [1, 0, 0])
+
+
+# --- float32 in, float32 out ----------------------------------------------------------------------
+FLOAT32_CASES = ["sin(2, 3)", "exp(2, 3)", "log(2, 3)", "tanh(2, 3)", "multiply(3, 4)(4,)", "divide(2, 1, 4)(3, 1)",
+                 "power(3, 4)(4,)", "maximum(3, 4)(4,)", "clip(x, lo, hi)", "where(mask, x, y)",
+                 "sum(axis=(0, 2), keepdims=True)", "mean(axis=1, keepdims=False)", "max(axis=-1, keepdims=True)",
+                 "prod(axis=None, keepdims=False)", "var(axis=0, keepdims=False)", "std(axis=None, keepdims=True)",
+                 "cumsum(axis=1)", "cumprod(axis=0)", "matmul batched", "matmul 1-d @ 2-d", "dot 2-d 2-d",
+                 "tensordot axes=2", "einsum ij,jk,kl->il", "einsum ii->i", "kron 2-d", "concatenate", "stack",
+                 "pad reflect", "sort", "repeat array", "x[bool mask]", "x[int array] duplicates", "diag of 1-d",
+                 "average(weights)", "power(x, 3) negative base", "x / y", "c ** x", "np.sin", "np.einsum"]
+
+
+@pytest.mark.parametrize("name", FLOAT32_CASES)
+def test_float32_inputs_give_float32_gradients(name):
+    fn, specs = CASES[name]
+    args64 = draw(name, specs)
+    args32 = tuple(a.astype(np.float32) for a in args64)
+    out, vjp_fn = wg.vjp(fn, *args32)
+    plain = fn(*args32)
+    for o, p in zip(wg.tree.flatten(out)[0], wg.tree.flatten(plain)[0]):
+        assert o.dtype == p.dtype  # the forward pass keeps NumPy's dtypes
+    cts = wg.tree.map(lambda o: np.ones_like(o), out)
+    grads32 = vjp_fn(cts)
+    grads64 = wg.vjp(fn, *args64)[1](wg.tree.map(lambda o: np.ones(np.shape(o)), wg.vjp(fn, *args64)[0]))
+    for g32, g64 in zip(grads32, grads64):
+        assert g32.dtype == np.float32
+        np.testing.assert_allclose(g32, g64, rtol=2e-3, atol=2e-3)
+
+
+def test_astype_gradient_comes_back_in_the_input_dtype():
+    x = np.array([0.5, -1.25, 2.0])
+    g = wg.grad(lambda x: wnp.sum(x.astype(np.float32) * np.float32(3)))(x)
+    assert g.dtype == np.float64
+    np.testing.assert_array_equal(g, [3.0, 3.0, 3.0])
+    g32 = wg.grad(lambda x: wnp.sum(wnp.astype(x, np.float64) ** 2))(x.astype(np.float32))
+    assert g32.dtype == np.float32
+    np.testing.assert_allclose(g32, 2 * x)
+    # casting to an integer type ends differentiation
+    np.testing.assert_array_equal(wg.grad(lambda x: wnp.sum(x.astype(int) * x))(x), x.astype(int))
