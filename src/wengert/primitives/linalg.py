@@ -130,13 +130,16 @@ def _cofactors(x):
 
 
 def _det_vjp(g, ans, x):
-    """g det(x) x^-T. Near a singular x that product of a tiny and a huge factor loses all accuracy
-    (|det| below sqrt(eps) times Hadamard's bound), and at one x^-1 does not exist: there the
-    cofactor matrix it equals is taken from the SVD."""
-    plain = unbox(x)
-    bound = np.prod(np.linalg.norm(plain, axis=-2), axis=-1) * np.sqrt(np.finfo(plain.dtype).eps)
-    if np.all(np.abs(unbox(ans)) > bound):
-        return _col(_col(g * ans)) * _mT(inv(x))
+    """g det(x) x^-T. Where x is singular, or so ill-conditioned (cond_1 above 1/sqrt(eps)) that
+    det(x) x^-T is a tiny number times a huge one, the cofactor matrix it equals comes from the SVD."""
+    try:
+        x_inv = inv(x)
+    except np.linalg.LinAlgError:
+        return _col(_col(g)) * _cofactors(x)
+    plain, plain_inv = unbox(x), unbox(x_inv)
+    cond = np.abs(plain).sum(axis=-2).max(axis=-1) * np.abs(plain_inv).sum(axis=-2).max(axis=-1)
+    if np.all(cond < 1 / np.sqrt(np.finfo(plain.dtype).eps)):
+        return _col(_col(g * ans)) * _mT(x_inv)
     return _col(_col(g)) * _cofactors(x)
 
 
