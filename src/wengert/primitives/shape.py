@@ -2,14 +2,14 @@
 
 Most of NumPy's shape functions (stack, tile, repeat, split, moveaxis, ...) are compositions of
 these few, written in ``wengert.numpy``; only operations with a cheaper rule than their
-composition are primitives. Indexing reads send back an ``IndexedCotangent`` so every read of one
+composition are primitives. Indexing reads send back an ``indexed_cotangent`` so every read of one
 array lands in one buffer (see ``core/backward.py``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.backward import IndexedCotangent
+from ..core.backward import _is_basic, indexed_cotangent
 from ..core.trace import Tracer, unbox
 from ._table import defprim, unbroadcast
 
@@ -75,16 +75,6 @@ stack.keep_args = None
 
 
 # --- indexing ------------------------------------------------------------------------------------
-def _is_basic(index):
-    """True when ``index`` selects a view (ints, slices, None, Ellipsis): no element repeats."""
-    if type(index) is not tuple:
-        index = (index,)
-    for i in index:
-        if not (i is None or i is Ellipsis or type(i) is slice or isinstance(i, (int, np.integer))):
-            return False
-    return True
-
-
 def _getitem(x, index):
     return x[index]
 
@@ -92,7 +82,7 @@ def _getitem(x, index):
 def _getitem_vjp(g, ans, x, index):
     if type(g) is Tracer:
         return index_add(np.zeros(x.shape, x.dtype), g, index=index)
-    return IndexedCotangent(index, g, x.shape, np.result_type(x.dtype, g.dtype), _is_basic(index))
+    return indexed_cotangent(index, g, x.shape, x.dtype)
 
 
 getitem = defprim(_getitem, _getitem_vjp, name="getitem")
