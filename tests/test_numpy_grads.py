@@ -31,7 +31,7 @@ class Arg:
         "nonzero": lambda rng, s: rng.choice([-1.0, 1.0], s) * rng.uniform(0.3, 2.0, s),  # kinks at 0
         "near1": lambda rng, s: rng.choice([-1.0, 1.0], s) * rng.uniform(0.6, 1.4, s),    # prod, cumprod
         "big": lambda rng, s: rng.uniform(0.1, 6.0, s),           # dividend of remainder / fmod
-        # distinct values at least 0.25 apart, in random order: no ties for max / min / sort
+        # distinct values at least 0.2 apart, in random order: no ties for max / min / sort
         "distinct": lambda rng, s: (rng.permutation(int(np.prod(s, dtype=int))) * 0.25
                                     + rng.uniform(0, 0.05, s).ravel() - 1.0).reshape(s),
     }
