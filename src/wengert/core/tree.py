@@ -40,6 +40,16 @@ class TreeDef:
 LEAF = TreeDef("leaf", None, ())
 
 
+class FieldName(str):
+    """A path key that names a field of a namedtuple or dataclass, as opposed to a dict key.
+
+    It equals the plain string; :func:`path_str` prints it as ``.name`` and a dict key as
+    ``['name']``.
+    """
+
+    __slots__ = ()
+
+
 def _children(x):
     """(kind, meta, children, child keys) for a container, or None for a leaf."""
     if x is None:
@@ -53,10 +63,10 @@ def _children(x):
         keys = tuple(sorted(x))
         return "dict", keys, tuple(x[k] for k in keys), keys
     if isinstance(x, tuple) and hasattr(t, "_fields"):
-        return "namedtuple", t, tuple(x), t._fields
+        return "namedtuple", t, tuple(x), tuple(FieldName(n) for n in t._fields)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         names = tuple(f.name for f in dataclasses.fields(x))
-        return "dataclass", (t, names), tuple(getattr(x, n) for n in names), names
+        return "dataclass", (t, names), tuple(getattr(x, n) for n in names), tuple(FieldName(n) for n in names)
     return None
 
 
@@ -137,11 +147,12 @@ def structure(tree):
 
 
 def path_str(path):
-    """A readable path such as ``['w'].b[0]`` for error messages."""
+    """A readable path such as ``['w'].b[0]`` for error messages: dict keys and sequence positions
+    in brackets, namedtuple and dataclass fields after a dot."""
     out = ""
     for key in path:
-        if isinstance(key, str):
-            out += f"[{key!r}]" if not key.isidentifier() else f".{key}"
+        if type(key) is FieldName:
+            out += f".{key}"
         else:
-            out += f"[{key!r}]"
+            out += f"[{str(key)!r}]" if isinstance(key, str) else f"[{key!r}]"
     return out

@@ -220,10 +220,12 @@ def value_and_grad(f, argnums=0, has_aux=False):
                 "wengert.jacobian for the full Jacobian (or reduce the output, e.g. with .sum())."
             )
         plain = unbox(rec.out)
-        if not np.issubdtype(np.asarray(plain).dtype, np.inexact):
+        if not np.issubdtype(np.asarray(plain).dtype, np.floating):
+            hint = ("; differentiate a real function of it (its real part, abs, ...), or use "
+                    "wengert.vjp with the cotangent you mean" if np.iscomplexobj(plain) else "")
             raise NonScalarOutputError(
                 f"grad of {getattr(f, '__name__', 'f')}: the output has dtype "
-                f"{np.asarray(plain).dtype}; it must be floating point to be differentiated"
+                f"{np.asarray(plain).dtype}; it must be real floating point to be differentiated{hint}"
             )
         seed = np.ones((), np.asarray(plain).dtype)[()]
         grads = rec.pull([seed], keep_tape=False)
