@@ -15,6 +15,9 @@ from .core.errors import (LeakedTracerError, NoDerivativeError, NonDifferentiabl
 from .core.trace import Tracer
 from .transforms.check import check_grads
 from .transforms.reverse import grad, hessian, jacobian, jacrev, value_and_grad, vjp
+from .transforms.custom import CustomGradientError, custom_vjp, op
+from . import nn, rewrites  # noqa: F401  (rewrites: log of known compositions records the fused op)
+from .config import config
 
 __version__ = "0.1.0"
 
@@ -23,4 +26,5 @@ __all__ = [
     "grad", "value_and_grad", "vjp", "jacobian", "jacrev", "hessian", "check_grads", "tree",
     "numpy", "Tracer", "WengertError", "LeakedTracerError", "NoDerivativeError",
     "NonDifferentiableInputError", "NonScalarOutputError",
+    "custom_vjp", "op", "CustomGradientError", "config", "nn",
 ]

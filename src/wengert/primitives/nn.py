@@ -1,0 +1,548 @@
+"""Fused neural-network operations: a stable implementation beside a hand-derived VJP.
+
+Each operation here is one tape entry whose rule is the simplified derivative a person would
+write (``softmax - onehot`` for cross-entropy of a softmax), not the chain of the composition's
+rules. The public functions, with NumPy-style signatures, are in ``wengert.nn``.
+
+Conventions:
+
+* Implementations subtract the maximum before ``exp`` and use ``log1p(exp(-|x|))`` forms, so
+  values and gradients stay finite at logits of +-1e4. float16 inputs are computed in float32
+  and cast back.
+* Rules are written with wengert operations (operators on ``g``/``ans``/args, and the primitives
+  below), so they can be differentiated again. On plain arrays these are NumPy calls.
+* A loss that needs the softmax in its rule computes it in the forward pass anyway; it keeps it
+  in ``stash`` (a one-slot list in the call's parameters). At first order the rule reads it from
+  there; when the logits are themselves traced (second order) the rule recomputes it with
+  wengert operations so the outer transform sees how it depends on them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..core.trace import Tracer, unbox
+from . import contractions as C
+from . import elementwise as E
+from . import reductions as R
+from . import shape as S
+from ._table import defprim, unbroadcast
+
+try:  # SciPy's erf is vectorized; without SciPy, math.erf element by element (slower)
+    from scipy.special import erf as _np_erf
+except ImportError:  # pragma: no cover - depends on the environment
+    _np_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+SQRT2 = math.sqrt(2.0)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+GELU_A = 0.044715
+
+
+# --- helpers -----------------------------------------------------------------------------------
+def _up(x):
+    """``(x as a floating array to compute with, dtype to return)``: float16 computes in float32."""
+    x = np.asarray(x)
+    dt = x.dtype
+    if dt == np.float16:
+        return x.astype(np.float32), dt
+    if not np.issubdtype(dt, np.inexact):
+        x = x.astype(np.float64)
+        return x, x.dtype
+    return x, dt
+
+
+def _dtype(x):
+    return unbox(x).dtype if hasattr(unbox(x), "dtype") else np.asarray(unbox(x)).dtype
+
+
+def _rule_up(*xs):
+    """Rules of operations whose intermediates overflow float16 (norms, x**3) compute in float32."""
+    return [S.astype(x, dtype=np.float32) if _dtype(x) == np.float16 else x for x in xs]
+
+
+def _rule_down(c, dtype):
+    return S.astype(c, dtype=dtype) if _dtype(c) != dtype else c
+
+
+def _shift(x, axis):
+    """``x - max(x)`` along ``axis`` (the max taken as 0 where it is not finite: all -inf rows)."""
+    m = np.max(x, axis=axis, keepdims=True)
+    if not np.isfinite(m).all():
+        m = np.where(np.isfinite(m), m, 0)
+    return x - m, m
+
+
+def _keepdims_shape(shape, axis):
+    if axis is None:
+        return (1,) * len(shape)
+    return tuple(1 if i in axis else n for i, n in enumerate(shape))
+
+
+def _as_kept(a, shape, axis, keepdims):
+    """A reduction's output (or cotangent) with the reduced axes put back as size 1."""
+    if keepdims:
+        return a
+    return S.reshape(a, shape=_keepdims_shape(shape, axis))
+
+
+def _sum_kept(x, axis):
+    return R.sum_(x, axis=axis, keepdims=True)
+
+
+# --- softmax, log_softmax, logsumexp -------------------------------------------------------------
+def _softmax(x, axis=None):
+    x, dt = _up(x)
+    z, _ = _shift(x, axis)
+    np.exp(z, out=z)
+    z /= np.sum(z, axis=axis, keepdims=True)
+    return z.astype(dt, copy=False)
+
+
+def _softmax_vjp(g, ans, x, axis=None):
+    ga = g * ans
+    return ga - ans * _sum_kept(ga, axis)
+
+
+softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax")
+
+
+def _log_softmax(x, axis=None):
+    x, dt = _up(x)
+    z, _ = _shift(x, axis)
+    z -= np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+    return z.astype(dt, copy=False)
+
+
+log_softmax = defprim(_log_softmax, lambda g, ans, x, axis=None: g - E.exp(ans) * _sum_kept(g, axis),
+                      name="nn.log_softmax")
+
+
+def _log_softmax_known(x, axis=None, known=None):
+    return known[0]
+
+
+# log_softmax whose value the forward pass already computed (``known = (value, softmax)``, plain
+# arrays): recorded by the rewrite of a written-out ``log(exp(z) / sum(exp(z)))`` at first order
+log_softmax_known = defprim(_log_softmax_known,
+                            lambda g, ans, x, axis=None, known=None: g - known[1] * _sum_kept(g, axis),
+                            name="nn.log_softmax")
+
+
+def _logsumexp(x, axis=None, keepdims=False):
+    x, dt = _up(x)
+    z, m = _shift(x, axis)
+    out = np.log(np.sum(np.exp(z), axis=axis, keepdims=True)) + m
+    if not keepdims:
+        out = np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+    return out.astype(dt, copy=False)
+
+
+def _logsumexp_vjp(g, ans, x, axis=None, keepdims=False):
+    shape = x.shape
+    return _as_kept(g, shape, axis, keepdims) * E.exp(x - _as_kept(ans, shape, axis, keepdims))
+
+
+logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp")
+
+
+def _logsumexp_b(x, b, axis=None, keepdims=False):
+    x, dt = _up(x)
+    b = np.asarray(b)
+    z, m = _shift(np.broadcast_to(x, np.broadcast_shapes(x.shape, b.shape)), axis)
+    out = np.log(np.sum(b * np.exp(z), axis=axis, keepdims=True)) + m
+    if not keepdims:
+        out = np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+    return out.astype(dt, copy=False)
+
+
+def _lse_b_weight(g, ans, x, b, axis, keepdims):
+    """``g * exp(x - lse)`` in the broadcast shape of ``x`` and ``b``."""
+    shape = np.broadcast_shapes(x.shape, b.shape)
+    return _as_kept(g, shape, axis, keepdims) * E.exp(x - _as_kept(ans, shape, axis, keepdims))
+
+
+logsumexp_b = defprim(_logsumexp_b, (
+    lambda g, ans, x, b, axis=None, keepdims=False: unbroadcast(_lse_b_weight(g, ans, x, b, axis, keepdims) * b,
+                                                                x.shape),
+    lambda g, ans, x, b, axis=None, keepdims=False: unbroadcast(_lse_b_weight(g, ans, x, b, axis, keepdims),
+                                                                b.shape)),
+    name="nn.logsumexp_b")
+
+
+# --- cross-entropy of a softmax ----------------------------------------------------------------
+def _examples(shape, axis):
+    return int(np.prod([n for i, n in enumerate(shape) if i != axis], dtype=np.int64))
+
+
+def _reduce_loss(per_example, reduction):
+    if reduction == "mean":
+        return np.mean(per_example)
+    if reduction == "sum":
+        return np.sum(per_example)
+    return per_example
+
+
+def _loss_ct(g, shape, axis, reduction):
+    """The per-example cotangent of a reduced loss, with the class axis put back as size 1."""
+    if reduction == "none":
+        return S.reshape(g, shape=_keepdims_shape(shape, (axis,)))
+    if reduction == "mean":
+        return g / _examples(shape, axis)
+    return g
+
+
+def _probabilities(x, axis, stash):
+    if type(x) is Tracer or stash is None or stash[0] is None:
+        return softmax(x, axis=(axis,))
+    return stash[0]
+
+
+def _rows(labels):
+    """Row indices and labels for reading ``z[row, label]`` of ``z`` viewed as (examples, classes)."""
+    flat = np.asarray(labels).reshape(-1)
+    return np.arange(flat.size), flat
+
+
+def _pick(z, labels, axis):
+    """``z`` at the labels along ``axis``: one value per example (shape of ``labels``)."""
+    labels = np.asarray(labels)
+    if axis == z.ndim - 1:
+        rows, flat = _rows(labels)
+        return z.reshape(-1, z.shape[-1])[rows, flat].reshape(labels.shape)
+    return np.squeeze(np.take_along_axis(z, np.expand_dims(labels, axis), axis=axis), axis=axis)
+
+
+def _sce_sparse(x, labels, axis, reduction, stash=None):
+    x, dt = _up(x)
+    z, _ = _shift(x, axis)
+    e = np.exp(z)
+    s = np.sum(e, axis=axis, keepdims=True)
+    per_example = np.log(np.squeeze(s, axis=axis)) - _pick(z, labels, axis)
+    if stash is not None:
+        e /= s
+        stash[0] = e.astype(dt, copy=False)
+    return np.asarray(_reduce_loss(per_example, reduction)).astype(dt, copy=False)[()]
+
+
+def _one_hot_at(labels, shape, axis, dtype):
+    out = np.zeros(shape, dtype)
+    np.put_along_axis(out, np.expand_dims(np.asarray(unbox(labels)), axis), 1, axis=axis)
+    return out
+
+
+def _sce_sparse_vjp(g, ans, x, labels, axis, reduction, stash=None):
+    p = _probabilities(x, axis, stash)
+    ct = _loss_ct(g, x.shape, axis, reduction)
+    if type(p) is not Tracer and type(ct) is not Tracer and axis == p.ndim - 1:
+        d = p * ct                                     # softmax - onehot, scaled, in one new array
+        rows, flat = _rows(labels)
+        scale = np.broadcast_to(ct, p.shape[:-1] + (1,)).reshape(-1)
+        d.reshape(-1, p.shape[-1])[rows, flat] -= scale
+        return d
+    d = p - _one_hot_at(labels, x.shape, axis, _dtype(p))
+    return d * ct
+
+
+softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), name="nn.softmax_cross_entropy")
+
+
+def _sce_dense(x, t, axis, reduction, stash=None):
+    x, dt = _up(x)
+    z, _ = _shift(x, axis)
+    e = np.exp(z)
+    s = np.sum(e, axis=axis, keepdims=True)
+    logp = z - np.log(s)
+    per_example = -np.sum(np.asarray(t) * logp, axis=axis)
+    if stash is not None:
+        e /= s
+        stash[0] = e.astype(dt, copy=False)
+        stash.append(logp.astype(dt, copy=False))
+    return np.asarray(_reduce_loss(per_example, reduction)).astype(dt, copy=False)[()]
+
+
+def _sce_dense_vjp_x(g, ans, x, t, axis, reduction, stash=None):
+    p = _probabilities(x, axis, stash)
+    return (p * _sum_kept(t, (axis,)) - t) * _loss_ct(g, x.shape, axis, reduction)
+
+
+def _sce_dense_vjp_t(g, ans, x, t, axis, reduction, stash=None):
+    if type(x) is Tracer or stash is None or len(stash) < 2:
+        logp = log_softmax(x, axis=(axis,))
+    else:
+        logp = stash[1]
+    return -logp * _loss_ct(g, x.shape, axis, reduction)
+
+
+softmax_cross_entropy_dense = defprim(_sce_dense, (_sce_dense_vjp_x, _sce_dense_vjp_t),
+                                      name="nn.softmax_cross_entropy_dense")
+
+
+# --- sigmoid family ----------------------------------------------------------------------------
+def _sigmoid(x):
+    x, dt = _up(x)
+    e = np.exp(-np.abs(x))
+    return (np.where(x >= 0, 1, e) / (1 + e)).astype(dt, copy=False)
+
+
+sigmoid = defprim(_sigmoid, lambda g, ans, x: g * ans * (1 - ans), name="nn.sigmoid")
+
+
+def _log_sigmoid(x):
+    x, dt = _up(x)
+    return (np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))).astype(dt, copy=False)
+
+
+# d/dx log sigmoid(x) = sigmoid(-x) = 1 - exp(ans) = -expm1(ans): exact for large x too
+log_sigmoid = defprim(_log_sigmoid, lambda g, ans, x: -g * E.expm1(ans), name="nn.log_sigmoid")
+
+
+def _softplus(x):
+    x, dt = _up(x)
+    return (np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))).astype(dt, copy=False)
+
+
+# d/dx softplus(x) = sigmoid(x) = 1 - exp(-ans) = -expm1(-ans)
+softplus = defprim(_softplus, lambda g, ans, x: -g * E.expm1(-ans), name="nn.softplus")
+
+
+def _silu(x):
+    x, dt = _up(x)
+    return (x * _sigmoid(x)).astype(dt, copy=False)
+
+
+def _silu_vjp(g, ans, x):
+    s = sigmoid(x)
+    return g * s * (1 + x * (1 - s))
+
+
+silu = defprim(_silu, _silu_vjp, name="nn.silu")
+
+
+def _bce_logits(x, t, reduction):
+    x, dt = _up(x)
+    loss = np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))
+    return np.asarray(_reduce_loss(loss, reduction)).astype(dt, copy=False)[()]
+
+
+def _elementwise_ct(g, size, reduction):
+    return g / size if reduction == "mean" else g
+
+
+bce_with_logits = defprim(_bce_logits, (
+    lambda g, ans, x, t, reduction: (sigmoid(x) - t) * _elementwise_ct(g, x.size, reduction),
+    lambda g, ans, x, t, reduction: -x * _elementwise_ct(g, x.size, reduction)),
+    name="nn.binary_cross_entropy_with_logits")
+
+
+# --- activations -------------------------------------------------------------------------------
+def _relu(x):
+    return np.maximum(x, 0)
+
+
+relu = defprim(_relu, lambda g, ans, x: g * (unbox(ans) > 0), name="nn.relu")
+
+
+def _erf(x):
+    x, dt = _up(x)
+    return np.asarray(_np_erf(x)).astype(dt, copy=False)
+
+
+erf = defprim(_erf, lambda g, ans, x: g * TWO_OVER_SQRT_PI * E.exp(-(x * x)), name="nn.erf")
+
+
+def _gelu(x):
+    x, dt = _up(x)
+    return (0.5 * x * (1 + _np_erf(x / SQRT2))).astype(dt, copy=False)
+
+
+def _gelu_vjp(g, ans, x):
+    """Phi(x) + x phi(x)."""
+    dtype = _dtype(x)
+    g, x = _rule_up(g, x)
+    cdf = 0.5 * (1 + erf(x * (1 / SQRT2)))
+    return _rule_down(g * (cdf + x * INV_SQRT_2PI * E.exp(-0.5 * (x * x))), dtype)
+
+
+gelu = defprim(_gelu, _gelu_vjp, name="nn.gelu")
+
+
+def _gelu_tanh(x):
+    x, dt = _up(x)
+    t = np.tanh(SQRT_2_OVER_PI * (x + GELU_A * x * x * x))
+    return (0.5 * x * (1 + t)).astype(dt, copy=False)
+
+
+def _gelu_tanh_vjp(g, ans, x):
+    dtype = _dtype(x)
+    g, x = _rule_up(g, x)
+    x2 = x * x
+    t = E.tanh(SQRT_2_OVER_PI * (x + GELU_A * x2 * x))
+    slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * GELU_A * x2)
+    return _rule_down(g * slope, dtype)
+
+
+gelu_tanh = defprim(_gelu_tanh, _gelu_tanh_vjp, name="nn.gelu_tanh")
+
+
+# --- regression ---------------------------------------------------------------------------------
+def _mse(p, t, reduction):
+    p, dt = _up(p)
+    d = p - t
+    return np.asarray(_reduce_loss(d * d, reduction)).astype(dt, copy=False)[()]
+
+
+def _mse_ct(g, p, t, reduction):
+    d = p - t
+    return 2 * d * _elementwise_ct(g, d.size, reduction)
+
+
+mse = defprim(_mse, (lambda g, ans, p, t, reduction: unbroadcast(_mse_ct(g, p, t, reduction), p.shape),
+                     lambda g, ans, p, t, reduction: unbroadcast(-_mse_ct(g, p, t, reduction), t.shape)),
+              name="nn.mse")
+
+
+# --- norms and cosines ---------------------------------------------------------------------------
+def _norm_kept(x, axis):
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
+
+
+def _normalize(x, axis, eps):
+    x, dt = _up(x)
+    return (x / np.maximum(_norm_kept(x, axis), eps)).astype(dt, copy=False)
+
+
+def _clamped_norm(x, axis, eps):
+    """``(max(||x||, eps), ||x|| > eps)`` along ``axis``, with wengert operations."""
+    n = E.sqrt(_sum_kept(x * x, axis))
+    inside = unbox(n) > eps
+    if inside.all():
+        return n, inside
+    return E.where(inside, n, eps), inside
+
+
+def _unit_vjp(g, y, n, inside, axis):
+    """The VJP of ``y = x / n``, ``n = max(||x||, eps)``: ``(g - y <g, y>) / n``, or ``g / eps``
+    where the norm was clamped (there ``y`` is linear in ``x``)."""
+    radial = y * _sum_kept(g * y, axis)
+    if not inside.all():
+        radial = E.where(inside, radial, 0)
+    return (g - radial) / n
+
+
+def _normalize_vjp(g, ans, x, axis, eps):
+    dtype = _dtype(x)
+    g, ans, x = _rule_up(g, ans, x)
+    n, inside = _clamped_norm(x, axis, eps)
+    return _rule_down(_unit_vjp(g, ans, n, inside, axis), dtype)
+
+
+normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize")
+
+
+def _cosine(x1, x2, axis, eps):
+    x1, dt = _up(x1)
+    x2, dt2 = _up(x2)
+    u1 = x1 / np.maximum(_norm_kept(x1, axis), eps)
+    u2 = x2 / np.maximum(_norm_kept(x2, axis), eps)
+    return np.sum(u1 * u2, axis=axis).astype(np.result_type(dt, dt2), copy=False)
+
+
+def _cosine_vjp(g, ans, args, params, parents):
+    """d cos / d x1 = (u2 - cos * u1) / ||x1|| (the radial part dropped where ||x1|| <= eps)."""
+    axis, eps = params["axis"], params["eps"]
+    x1, x2 = args
+    d1, d2 = _dtype(x1), _dtype(x2)
+    g, ans, x1, x2 = _rule_up(g, ans, x1, x2)
+    kept = _keepdims_shape(np.broadcast_shapes(x1.shape, x2.shape), axis)
+    g = S.reshape(g, shape=kept)
+    c = S.reshape(ans, shape=kept)
+    n1, in1 = _clamped_norm(x1, axis, eps)
+    n2, in2 = _clamped_norm(x2, axis, eps)
+    u1, u2 = x1 / n1, x2 / n2
+    out = []
+    for position, _ in parents:
+        if position == 0:
+            u, v, n, inside, shape, dtype = u1, u2, n1, in1, x1.shape, d1
+        else:
+            u, v, n, inside, shape, dtype = u2, u1, n2, in2, x2.shape, d2
+        radial = c * u
+        if not inside.all():
+            radial = E.where(inside, radial, 0)
+        out.append(_rule_down(unbroadcast(g * (v - radial) / n, shape), dtype))
+    return out
+
+
+cosine_similarity = defprim(_cosine, (), name="nn.cosine_similarity")
+cosine_similarity.fused_vjp = _cosine_vjp
+cosine_similarity.keep_ans = True
+
+
+def _pcs_parts(a, b, eps):
+    """The pieces of the seed-000 operation, batch first, with wengert operations (NumPy on plain
+    arrays): dot products of raw columns (one batched matmul) scaled by the clamped norms."""
+    at = S.transpose(a, axes=(2, 0, 1))                              # (B, W, R)
+    bt = S.transpose(b, axes=(2, 1, 0))                              # (B, N, W)
+    na, in_a = _clamped_norm(a, (0,), eps)                           # (1, R, B)
+    nb, in_b = _clamped_norm(b, (0,), eps)                           # (1, N, B)
+    inv = 1 / (S.transpose(nb, axes=(2, 1, 0)) * S.transpose(na, axes=(2, 0, 1)))   # (B, N, R)
+    s = C.matmul(bt, at) * inv                                       # cosines, (B, N, R)
+    return at, bt, s, inv, na, nb, in_a, in_b
+
+
+def _pairwise_cosine_softmax(a, b, eps, stash=None):
+    """a: (W, R, B), b: (W, N, B) -> P: (N, R, B), P[:, j, k] = softmax_i cos(b[:, i, k], a[:, j, k])."""
+    a, dt = _up(a)
+    b, _ = _up(b)
+    parts = _pcs_parts(a, b, eps)
+    if stash is not None:
+        stash[0] = parts
+    return _softmax(parts[2], axis=(1,)).transpose(1, 2, 0).astype(dt, copy=False)
+
+
+def _norm_part(t_sum, x, n, inside, layout):
+    """The gradient through ``max(||x||, eps)``: ``x * dL/dn / ||x||`` (zero where clamped)."""
+    factor = S.reshape(S.transpose(t_sum, axes=(1, 0)), shape=(1,) + layout) / (n * n)
+    if not inside.all():
+        factor = E.where(inside, factor, 0)
+    return x * -factor
+
+
+def _pairwise_cosine_softmax_vjp(g, ans, args, params, parents):
+    eps, stash = params["eps"], params.get("stash")
+    a, b = args
+    da_t, db_t = _dtype(a), _dtype(b)
+    if type(a) is Tracer or type(b) is Tracer or stash is None or stash[0] is None:
+        a, b = _rule_up(a, b)
+        parts = _pcs_parts(a, b, eps)
+    else:
+        a, b = _up(a)[0], _up(b)[0]
+        parts = stash[0]
+    at, bt, s, inv, na, nb, in_a, in_b = parts
+    g, p = _rule_up(g, ans)
+    gt, pt = S.transpose(g, axes=(2, 0, 1)), S.transpose(p, axes=(2, 0, 1))   # (B, N, R)
+    gs = _softmax_vjp(gt, pt, None, axis=(1,))
+    gd = gs * inv
+    t = gs * s
+    out = []
+    for position, _ in parents:
+        if position == 0:
+            ga = S.transpose(C.matmul(_swap_last(bt), gd), axes=(1, 2, 0))          # (W, R, B)
+            ga = ga + _norm_part(R.sum_(t, axis=(1,), keepdims=False), a, na, in_a, a.shape[1:])
+            out.append(_rule_down(ga, da_t))
+        else:
+            gb = S.transpose(C.matmul(at, _swap_last(gd)), axes=(1, 2, 0))          # (W, N, B)
+            gb = gb + _norm_part(R.sum_(t, axis=(2,), keepdims=False), b, nb, in_b, b.shape[1:])
+            out.append(_rule_down(gb, db_t))
+    return out
+
+
+def _swap_last(x):
+    return S.transpose(x, axes=(0, 2, 1))
+
+
+pairwise_cosine_softmax = defprim(_pairwise_cosine_softmax, (), name="nn.pairwise_cosine_softmax")
+pairwise_cosine_softmax.fused_vjp = _pairwise_cosine_softmax_vjp
+pairwise_cosine_softmax.keep_ans = True

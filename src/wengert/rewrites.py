@@ -1,0 +1,361 @@
+"""Rewrites: when the engine records ``log`` of a known composition, it records the fused op instead.
+
+Users write ``log(exp(x) / sum(exp(x), axis, keepdims=True))``; the tape then holds ``exp``,
+``sum`` and ``divide`` entries, and the ``log`` about to be recorded. Before recording it, ``log``
+looks at the entry that produced its argument (and at that entry's parents, a few steps up the
+tape) and, if they form a pattern below, records the stable fused operation on the pattern's
+input instead: ``log_softmax(x)``. The value is the stable one (no overflow at logits of 1e4) and
+the backward pass takes the fused rule (``g - softmax(x) * sum(g)``); the entries of the
+composition stay on the tape but, if nothing else uses them, receive no cotangent and cost
+nothing in the backward pass.
+
+===========================================  ==========================================
+recorded by the user                          recorded instead
+===========================================  ==========================================
+``log(softmax(x))``, softmax from wengert.nn  ``log_softmax(x)``
+``log(e / sum(e, axis, keepdims=True))`` or   ``log_softmax(z, axis)``; when ``z = x - m``
+``log((1 / sum(e, ...)) * e)``, ``e = exp(z)``  and ``m`` is constant along ``axis`` (the
+                                              usual ``max(x, axis, keepdims=True)``),
+                                              ``log_softmax(x, axis)``
+``log(p[index])``, ``p`` either softmax       ``log_softmax(x)[index]``
+``log(sum(exp(x), axis))``                    ``logsumexp(x, axis)``
+``log(sum(b * exp(x), axis))``                ``logsumexp(x, axis, b=b)``
+``log(sigmoid(x))``, ``log(1 / (1 + exp(-x)))``  ``log_sigmoid(x)``
+``log(1 - sigmoid(x))`` (either form)         ``log_sigmoid(-x)``
+===========================================  ==========================================
+
+Cross-entropy of a softmax, ``-sum(t * log(softmax(x)))`` or ``-log(softmax(x))[range(n), y]``,
+thereby becomes cross-entropy of ``log_softmax``, whose gradient is ``softmax(x) * sum(t) - t``.
+
+Cost. Only ``log`` is changed: it becomes an instance of :class:`_RewritingLog`, a subclass of
+``Primitive`` whose ``__call__`` looks at one tape entry before calling ``bind``. Every other
+primitive's call path is untouched. To find the input of ``exp``, ``exp`` entries keep their
+argument while rewrites are on (as do ``wengert.nn``'s softmax and sigmoid): one array per
+``exp`` alive until the backward pass. ``wg.config.update("rewrites", False)`` (or
+``WENGERT_REWRITES=0``) restores plain ``log`` and the leaner tape entries.
+
+Safety: a pattern matches only entries of the same trace, values that were not written in place
+since they were recorded, and constants that are exactly the scalar 1 (and -1 for ``** -1``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import config
+from .core.mutation import root
+from .core.trace import Primitive, Tracer
+from .primitives import elementwise as E
+from .primitives import nn as P
+from .primitives import reductions as R
+from .primitives import shape as S
+
+MAX_WRAPPERS = 3   # reshape / getitem(None) steps allowed between a sum and the divide by it
+
+
+class _RewritingLog(Primitive):
+    """``log`` that records a fused operation when its argument comes from a known composition."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **params):
+        if len(args) == 1 and type(args[0]) is Tracer and not params:
+            out = rewrite_log(args[0])
+            if out is not None:
+                return out
+        return Primitive.__call__(self, *args, **params)
+
+
+# --- reading the tape --------------------------------------------------------------------------
+def _entry(trace, index):
+    if index is None:
+        return None
+    tape = trace.tape
+    return tape[index] if 0 <= index < len(tape) else None
+
+
+def _fresh(trace, value, since):
+    """``value`` (kept by the entry at ``since``) unless it was written in place after that entry."""
+    if value is None:
+        return None
+    written = trace.written
+    if written is not None and isinstance(value, np.ndarray):
+        at = written.get(id(root(value)))
+        if at is not None and at > since:
+            return None
+    return value
+
+
+def _parent(entry, position):
+    for p, index in entry[4]:
+        if p == position:
+            return index
+    return None
+
+
+def _is_one(c, value=1):
+    if type(c) is Tracer or c is None:
+        return False
+    return np.ndim(c) == 0 and c == value
+
+
+def _shape(x):
+    return x.shape if type(x) is Tracer else np.shape(x)
+
+
+def _exp_input(trace, index):
+    """The tracer that ``exp`` was applied to at tape ``index``, or None."""
+    entry = _entry(trace, index)
+    if entry is None or entry[0] is not E.exp:
+        return None
+    value = _fresh(trace, entry[1][0], index)
+    if value is None:
+        return None
+    return Tracer(value, trace, entry[4][0][1])
+
+
+def _unshift(trace, z, axis):
+    """``x`` when ``z = x - m`` with ``m`` constant along ``axis`` (softmax is unchanged by the shift)."""
+    entry = _entry(trace, z.index)
+    if entry is None or entry[0] is not E.subtract:
+        return z
+    x_index = _parent(entry, 0)
+    if x_index is None:
+        return z
+    x, m = entry[1]
+    x = _fresh(trace, x, z.index)
+    if x is None or _shape(x) != _shape(z):
+        return z
+    m_shape = (1,) * (len(_shape(z)) - len(_shape(m))) + tuple(_shape(m))
+    axes = range(len(m_shape)) if axis is None else axis
+    if any(m_shape[a] != 1 for a in axes):
+        return z
+    return Tracer(x, trace, x_index)
+
+
+def _denominator_sum(trace, index, e_index):
+    """The axis of ``sum(e, axis, keepdims=True)`` if the entry at ``index`` is one (possibly
+    reshaped back to the keepdims shape) of the ``exp`` output at ``e_index``; else False."""
+    for _ in range(MAX_WRAPPERS + 1):
+        entry = _entry(trace, index)
+        if entry is None:
+            return False
+        prim = entry[0]
+        if prim is R.sum_:
+            if not _same_exp(trace, _parent(entry, 0), e_index):
+                return False
+            return entry[3].get("axis")
+        if prim is S.reshape or (prim is S.getitem and _only_new_axes(entry[3].get("index"))):
+            index = _parent(entry, 0)
+            if index is None:
+                return False
+            continue
+        return False
+    return False
+
+
+def _same_exp(trace, i, j):
+    """True when tape entries ``i`` and ``j`` are ``exp`` of the same value (``exp(x)`` written twice)."""
+    if i == j:
+        return True
+    a, b = _entry(trace, i), _entry(trace, j)
+    return (a is not None and b is not None and a[0] is E.exp and b[0] is E.exp
+            and a[4][0][1] == b[4][0][1])
+
+
+def _only_new_axes(index):
+    items = index if type(index) is tuple else (index,)
+    return all(i is None or i is Ellipsis or (type(i) is slice and i == slice(None)) for i in items)
+
+
+def _keepdims_shape(shape, axis):
+    if axis is None:
+        return (1,) * len(shape)
+    return tuple(1 if i in axis else n for i, n in enumerate(shape))
+
+
+def softmax_input(trace, index):
+    """``(x, axis, z, s)`` when the entry at ``index`` computes ``softmax(x, axis)``: for the written-out
+    form ``exp(z) / s``, also the values ``z`` and ``s`` (else None)."""
+    entry = _entry(trace, index)
+    if entry is None:
+        return None
+    prim = entry[0]
+    if prim is P.softmax:
+        x = _fresh(trace, entry[1][0], index)
+        if x is None:
+            return None
+        axis = entry[3].get("axis")
+        return Tracer(x, trace, entry[4][0][1]), axis, None, None
+    if len(entry[4]) != 2:
+        return None
+    if prim is E.divide:                      # e / s
+        e_index, s_index = _parent(entry, 0), _parent(entry, 1)
+        denominator = s = entry[1][1]
+    elif prim is E.multiply:                  # e * (1 / s), (1 / s) * e: the seed-002 form
+        for position in (0, 1):
+            r = _entry(trace, _parent(entry, 1 - position))
+            if r is not None and r[0] is E.divide and len(r[4]) == 1 and _parent(r, 1) is not None \
+                    and _is_one(r[1][0]):
+                e_index, s_index, denominator = _parent(entry, position), _parent(r, 1), r[1][1]
+                s = denominator
+                break
+            if r is not None and r[0] is E.reciprocal:
+                e_index, s_index, denominator = _parent(entry, position), r[4][0][1], entry[1][1 - position]
+                s = None
+                break
+        else:
+            return None
+    else:
+        return None
+    z = _exp_input(trace, e_index)
+    if z is None:
+        return None
+    axis = _denominator_sum(trace, s_index, e_index)
+    if axis is False:
+        return None
+    if axis is not None:
+        axis = tuple(axis)
+    e_shape = _shape(z)
+    d_shape = tuple(_shape(denominator))
+    d_shape = (1,) * (len(e_shape) - len(d_shape)) + d_shape
+    if len(d_shape) != len(e_shape) or d_shape != _keepdims_shape(e_shape, axis):
+        return None
+    return _unshift(trace, z, axis), axis, z.value, s
+
+
+def sigmoid_input(trace, index):
+    """``(t, sign)`` when the entry at ``index`` computes ``sigmoid(sign * t)``."""
+    entry = _entry(trace, index)
+    if entry is None:
+        return None
+    prim = entry[0]
+    if prim is P.sigmoid:
+        x = _fresh(trace, entry[1][0], index)
+        return None if x is None else (Tracer(x, trace, entry[4][0][1]), 1)
+    # 1 / A, reciprocal(A), A ** -1 with A = 1 + exp(n): sigmoid(-n)
+    if prim is E.divide and len(entry[4]) == 1 and _parent(entry, 1) is not None and _is_one(entry[1][0]):
+        a_index = _parent(entry, 1)
+    elif prim is E.reciprocal:
+        a_index = entry[4][0][1]
+    elif prim is E.power and len(entry[4]) == 1 and _parent(entry, 0) is not None and _is_one(entry[1][1], -1):
+        a_index = _parent(entry, 0)
+    else:
+        return None
+    a = _entry(trace, a_index)
+    if a is None or a[0] is not E.add or len(a[4]) != 1:
+        return None
+    position, e_index = a[4][0]
+    if not _is_one(a[1][1 - position]):
+        return None
+    n = _exp_input(trace, e_index)
+    if n is None:
+        return None
+    # n = -x (the usual form): recover x, so the fused op sits on x itself
+    n_entry = _entry(trace, n.index)
+    if n_entry is not None and n_entry[0] is E.negative and n_entry[4]:
+        plain = n.value
+        return Tracer(-plain, trace, n_entry[4][0][1]), 1
+    return n, -1
+
+
+# --- the rewrites ---------------------------------------------------------------------------------
+def _log_of_softmax(found, p):
+    """log_softmax(x). When the forward pass already holds ``exp(z)`` and a finite, positive sum
+    ``s`` (plain float32/64 arrays), the value is ``z - log(s)`` and the rule reuses ``p = exp(z) / s``
+    (when it was kept): no second pass over the logits. Otherwise it is computed afresh, stably."""
+    x, axis, z, s = found
+    if (type(z) is np.ndarray and type(s) is np.ndarray and type(p) is np.ndarray
+            and z.dtype in _FAST_DTYPES and s.dtype == z.dtype and p.dtype == z.dtype
+            and 0 < s.min() and s.max() < np.inf):          # (a nan fails the first test)
+        value = z - np.log(s)
+        return P.log_softmax_known(x, axis=axis, known=(value, p))
+    return P.log_softmax(x, axis=axis)
+
+
+_FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _log_of_sigmoid(t, sign):
+    """log(sigmoid(sign * t))."""
+    return P.log_sigmoid(t) if sign > 0 else E.negative(P.softplus(t))
+
+
+def rewrite_log(a):
+    """The fused replacement for ``log(a)``, or None to record ``log`` as it is."""
+    trace = a._trace
+    if not trace.alive:
+        return None
+    index = a.index
+    entry = _entry(trace, index)
+    if entry is None:
+        return None
+    prim = entry[0]
+    if prim is E.divide or prim is P.softmax or prim is E.multiply:
+        found = softmax_input(trace, index)
+        if found is not None:
+            return _log_of_softmax(found, a.value)
+        if prim is E.divide:
+            found = sigmoid_input(trace, index)
+            if found is not None:
+                return _log_of_sigmoid(*found)
+        return None
+    if prim is R.sum_:
+        return _log_of_sum(trace, entry)
+    if prim is S.getitem:
+        parent = _parent(entry, 0)
+        found = softmax_input(trace, parent) if parent is not None else None
+        if found is None:
+            return None
+        return S.getitem(_log_of_softmax(found, _entry(trace, parent)[2]), **entry[3])
+    if prim is P.sigmoid or prim is E.reciprocal or prim is E.power:
+        found = sigmoid_input(trace, index)
+        return None if found is None else _log_of_sigmoid(*found)
+    if prim is E.subtract and len(entry[4]) == 1 and _parent(entry, 1) is not None and _is_one(entry[1][0]):
+        found = sigmoid_input(trace, _parent(entry, 1))       # log(1 - sigmoid(s t)) = log sigmoid(-s t)
+        if found is not None:
+            t, sign = found
+            return _log_of_sigmoid(t, -sign)
+    return None
+
+
+def _log_of_sum(trace, entry):
+    """log(sum(exp(x))) -> logsumexp(x); log(sum(b * exp(x))) -> logsumexp(x, b=b)."""
+    params = entry[3]
+    axis, keepdims = params.get("axis"), params.get("keepdims", False)
+    if axis is not None:
+        axis = tuple(axis)
+    child = entry[4][0][1]
+    x = _exp_input(trace, child)
+    if x is not None:
+        return P.logsumexp(x, axis=axis, keepdims=keepdims)
+    product = _entry(trace, child)
+    if product is None or product[0] is not E.multiply:
+        return None
+    for position in (0, 1):
+        e_index = _parent(product, position)
+        x = _exp_input(trace, e_index) if e_index is not None else None
+        if x is None:
+            continue
+        b = product[1][1 - position]
+        b_index = _parent(product, 1 - position)
+        b = _fresh(trace, b, child)
+        if b is None:
+            return None
+        b = Tracer(b, trace, b_index) if b_index is not None else np.asarray(b)
+        return P.logsumexp_b(x, b, axis=axis, keepdims=keepdims)
+    return None
+
+
+# --- switching ----------------------------------------------------------------------------------
+_KEEPING = (E.exp, P.softmax, P.sigmoid)
+_LEAN = {prim: prim.keep_args for prim in _KEEPING}
+
+
+def _set(enabled):
+    E.log.__class__ = _RewritingLog if enabled else Primitive
+    for prim in _KEEPING:
+        prim.keep_args = None if enabled else _LEAN[prim]
+
+
+config.on_change("rewrites", _set)
+_set(config.rewrites)

@@ -1,0 +1,230 @@
+"""wengert.nn: values against reference formulas, gradients against finite differences (first and
+second order), finiteness at extreme inputs in float16 and float32, one tape entry per call."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.special
+
+import wengert as wg
+import wengert.nn as wnn
+import wengert.numpy as wnp
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((4, 5))
+T = RNG.random((4, 5))
+LABELS = RNG.integers(0, 5, 4)
+A3 = RNG.standard_normal((6, 3, 2))
+B3 = RNG.standard_normal((6, 4, 2))
+
+
+def _ref_pairwise(a, b):
+    """Seed 000, written with loops: S[i, j, k] = cos(b[:, i, k], a[:, j, k]); softmax over i."""
+    W, R, B = a.shape
+    N = b.shape[1]
+    s = np.zeros((N, R, B))
+    for k in range(B):
+        for j in range(R):
+            for i in range(N):
+                u, v = b[:, i, k], a[:, j, k]
+                s[i, j, k] = u @ v / (np.linalg.norm(u) * np.linalg.norm(v))
+    return scipy.special.softmax(s, axis=0)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+# name: (wengert function, args, reference on plain arrays)
+CASES = {
+    "softmax": (lambda x: wnn.softmax(x, axis=1), (X,), lambda x: scipy.special.softmax(x, axis=1)),
+    "softmax axis tuple": (lambda x: wnn.softmax(x, axis=(0, 1)), (X,), lambda x: scipy.special.softmax(x, axis=None)),
+    "log_softmax": (lambda x: wnn.log_softmax(x, axis=0), (X,), lambda x: scipy.special.log_softmax(x, axis=0)),
+    "logsumexp": (lambda x: wnn.logsumexp(x, axis=1), (X,), lambda x: scipy.special.logsumexp(x, axis=1)),
+    "logsumexp keepdims": (lambda x: wnn.logsumexp(x, axis=1, keepdims=True), (X,),
+                           lambda x: scipy.special.logsumexp(x, axis=1, keepdims=True)),
+    "logsumexp all": (lambda x: wnn.logsumexp(x), (X,), lambda x: scipy.special.logsumexp(x)),
+    "logsumexp b": (lambda x, b: wnn.logsumexp(x, axis=1, b=b), (X, T),
+                    lambda x, b: scipy.special.logsumexp(x, axis=1, b=b)),
+    "logsumexp b broadcast": (lambda x, b: wnn.logsumexp(x, axis=0, b=b[0]), (X, T),
+                              lambda x, b: scipy.special.logsumexp(x, axis=0, b=b[0])),
+    "cross-entropy labels": (lambda x: wnn.softmax_cross_entropy(x, LABELS), (X,),
+                             lambda x: -np.mean(scipy.special.log_softmax(x, axis=1)[np.arange(4), LABELS])),
+    "cross-entropy labels none": (lambda x: wnn.softmax_cross_entropy(x, LABELS, reduction="none"), (X,),
+                                  lambda x: -scipy.special.log_softmax(x, axis=1)[np.arange(4), LABELS]),
+    "cross-entropy labels axis 0 sum": (
+        lambda x: wnn.softmax_cross_entropy(x.T, LABELS, axis=0, reduction="sum"), (X,),
+        lambda x: -np.sum(scipy.special.log_softmax(x, axis=1)[np.arange(4), LABELS])),
+    "cross-entropy probabilities": (lambda x, t: wnn.softmax_cross_entropy(x, t), (X, T),
+                                    lambda x, t: -np.mean(np.sum(t * scipy.special.log_softmax(x, axis=1), 1))),
+    "cross-entropy probabilities none": (
+        lambda x, t: wnn.softmax_cross_entropy(x, t, reduction="none"), (X, T),
+        lambda x, t: -np.sum(t * scipy.special.log_softmax(x, axis=1), axis=1)),
+    "sigmoid": (wnn.sigmoid, (X,), scipy.special.expit),
+    "log_sigmoid": (wnn.log_sigmoid, (X,), lambda x: np.log(scipy.special.expit(x))),
+    "softplus": (wnn.softplus, (X,), lambda x: np.log1p(np.exp(x))),
+    "relu": (wnn.relu, (X,), lambda x: np.maximum(x, 0)),
+    "gelu": (wnn.gelu, (X,), lambda x: x * scipy.special.ndtr(x)),
+    "gelu tanh": (lambda x: wnn.gelu(x, approximate=True), (X,), _gelu_tanh),
+    "silu": (wnn.silu, (X,), lambda x: x * scipy.special.expit(x)),
+    "bce with logits": (wnn.binary_cross_entropy_with_logits, (X, T),
+                        lambda x, t: np.mean(-(t * np.log(scipy.special.expit(x))
+                                               + (1 - t) * np.log(1 - scipy.special.expit(x))))),
+    "bce with logits none": (lambda x, t: wnn.binary_cross_entropy_with_logits(x, t, reduction="none"), (X, T),
+                             lambda x, t: -(t * np.log(scipy.special.expit(x))
+                                            + (1 - t) * np.log(1 - scipy.special.expit(x)))),
+    "mse": (wnn.mse, (X, T), lambda p, t: np.mean((p - t) ** 2)),
+    "mse broadcast sum": (lambda p, t: wnn.mse(p, t[0], reduction="sum"), (X, T),
+                          lambda p, t: np.sum((p - t[0]) ** 2)),
+    "normalize": (lambda x: wnn.normalize(x, axis=1), (X,), lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)),
+    "cosine_similarity": (lambda a, b: wnn.cosine_similarity(a, b, axis=1), (X, T),
+                          lambda a, b: np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))),
+    "cosine_similarity broadcast": (
+        lambda a, b: wnn.cosine_similarity(a, b[0]), (X, T),
+        lambda a, b: a @ b[0] / (np.linalg.norm(a, axis=1) * np.linalg.norm(b[0]))),
+    "pairwise_cosine_softmax": (wnn.pairwise_cosine_softmax, (A3, B3), _ref_pairwise),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_value_matches_the_reference_formula(name):
+    f, args, ref = CASES[name]
+    out = f(*args)
+    assert type(out) is not wg.Tracer
+    np.testing.assert_allclose(out, ref(*args), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradient_matches_finite_differences_to_second_order(name):
+    f, args, _ = CASES[name]
+    wg.check_grads(f, args, order=2)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_call_is_one_tape_entry(name):
+    f, args, _ = CASES[name]
+    seen = []
+
+    def traced(*a):
+        out = f(*a)
+        seen.extend(e[0].name for e in out._trace.tape if e[0] is not None)
+        return wnp.sum(out * 1.5)
+
+    wg.grad(traced, argnums=tuple(range(len(args))))(*args)
+    # broadcasting a target or reshaping for broadcast adds a shape entry before the fused op
+    fused = [n for n in seen if n.startswith("nn.")]
+    assert len(fused) == 1, seen
+    assert all(n.startswith("nn.") or n in ("broadcast_to", "reshape", "getitem", "transpose") for n in seen), seen
+
+
+# --- extreme inputs --------------------------------------------------------------------------------
+EXTREME = {
+    "large": np.array([[1e4, -1e4, 0.0, 5.0], [-1e4, -1e4, 1e4, 1e4]]),
+    "all equal": np.array([[3.0, 3.0, 3.0, 3.0], [-1e4, -1e4, -1e4, -1e4]]),
+}
+EXTREME_LABELS = np.array([1, 0])
+EXTREME_TARGETS = np.array([[0.0, 1.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+
+def _w(x, n=4):
+    return (np.arange(n) / n).astype(x.dtype)   # weights that keep float16 sums in range
+
+
+SCALAR_FNS = {
+    "softmax": lambda x: wnp.sum(wnn.softmax(x) * _w(x)),
+    "log_softmax": lambda x: wnp.sum(wnn.log_softmax(x) * _w(x)),
+    "logsumexp": lambda x: wnp.sum(wnn.logsumexp(x, axis=1)),
+    "logsumexp b": lambda x: wnp.sum(wnn.logsumexp(x, axis=1, b=np.array([0.5, 1.0, 2.0, 0.0], x.dtype))),
+    "cross-entropy labels": lambda x: wnn.softmax_cross_entropy(x, EXTREME_LABELS),
+    "cross-entropy probabilities": lambda x: wnn.softmax_cross_entropy(x, EXTREME_TARGETS.astype(x.dtype)),
+    "sigmoid": lambda x: wnp.sum(wnn.sigmoid(x)),
+    "log_sigmoid": lambda x: wnp.sum(wnn.log_sigmoid(x)),
+    "softplus": lambda x: wnp.sum(wnn.softplus(x)),
+    "relu": lambda x: wnp.sum(wnn.relu(x)),
+    "gelu": lambda x: wnp.sum(wnn.gelu(x)),
+    "gelu tanh": lambda x: wnp.sum(wnn.gelu(x, approximate=True)),
+    "silu": lambda x: wnp.sum(wnn.silu(x)),
+    "bce with logits": lambda x: wnn.binary_cross_entropy_with_logits(x, EXTREME_TARGETS.astype(x.dtype)),
+    "normalize": lambda x: wnp.sum(wnn.normalize(x) * _w(x)),
+    "cosine_similarity": lambda x: wnp.sum(wnn.cosine_similarity(x, x[::-1] + 1)),
+    "pairwise_cosine_softmax": lambda x: wnp.sum(wnn.pairwise_cosine_softmax(x.reshape(4, 2, 1), x.reshape(4, 2, 1))
+                                               * _w(x, 2)[:, None, None]),
+    "mse": lambda x: wnn.mse(x / 1e3, x[::-1] / 1e3),   # float16 cannot hold (2e4)**2: scaled to fit
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("which", list(EXTREME))
+@pytest.mark.parametrize("name", list(SCALAR_FNS))
+def test_value_and_gradient_are_finite_at_extreme_inputs(name, which, dtype):
+    x = EXTREME[which].astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no overflow, no invalid value, anywhere inside
+        value, g = wg.value_and_grad(SCALAR_FNS[name])(x)
+    assert np.isfinite(value), value
+    assert np.all(np.isfinite(g)), g
+    assert g.dtype == dtype and np.asarray(value).dtype == dtype
+
+
+def test_softmax_at_extreme_logits_is_exact():
+    x = np.array([1e4, -1e4, 1e4], np.float32)
+    np.testing.assert_array_equal(wnn.softmax(x), [0.5, 0, 0.5])
+    np.testing.assert_allclose(wnn.log_softmax(x), [-np.log(2), -2e4 - np.log(2), -np.log(2)], rtol=1e-6)
+    np.testing.assert_allclose(wnn.logsumexp(x), 1e4 + np.log(2), rtol=1e-7)
+    assert wnn.log_sigmoid(np.float32(-1e4)) == np.float32(-1e4)
+    assert wnn.softplus(np.float32(1e4)) == np.float32(1e4)
+
+
+def test_cross_entropy_gradient_is_softmax_minus_onehot():
+    g = wg.grad(lambda x: wnn.softmax_cross_entropy(x, LABELS, reduction="sum"))(X)
+    np.testing.assert_allclose(g, scipy.special.softmax(X, axis=1) - np.eye(5)[LABELS], atol=1e-14)
+    g = wg.grad(lambda x: wnn.softmax_cross_entropy(x, T, reduction="sum"))(X)
+    np.testing.assert_allclose(g, scipy.special.softmax(X, axis=1) * T.sum(1, keepdims=True) - T, atol=1e-14)
+
+
+def test_integer_labels_and_one_hot_targets_agree():
+    onehot = wnn.one_hot(LABELS, 5)
+    for reduction in ("mean", "sum", "none"):
+        a = wg.value_and_grad(lambda x: wnp.sum(wnn.softmax_cross_entropy(x, LABELS, reduction=reduction)))(X)
+        b = wg.value_and_grad(lambda x: wnp.sum(wnn.softmax_cross_entropy(x, onehot, reduction=reduction)))(X)
+        np.testing.assert_allclose(a[0], b[0])
+        np.testing.assert_allclose(a[1], b[1], atol=1e-15)
+
+
+def test_cross_entropy_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="expected shape \\(4,\\)"):
+        wnn.softmax_cross_entropy(X, LABELS[:3])
+    with pytest.raises(ValueError, match="reduction"):
+        wnn.softmax_cross_entropy(X, LABELS, reduction="average")
+
+
+def test_one_hot():
+    out = wnn.one_hot(np.array([0, 2, 5, -1]), 3)
+    np.testing.assert_array_equal(out, [[1, 0, 0], [0, 0, 1], [0, 0, 0], [0, 0, 0]])
+    assert out.dtype == np.float64
+    assert wnn.one_hot(np.array([[1]]), 2, dtype=np.float32, axis=0).shape == (2, 1, 1)
+
+
+def test_normalize_and_cosine_clamp_zero_vectors():
+    x = np.zeros((2, 3))
+    np.testing.assert_array_equal(wnn.normalize(x), x)
+    g = wg.grad(lambda x: wnp.sum(wnn.normalize(x) * np.arange(3.0)))(x)
+    np.testing.assert_allclose(g, np.tile(np.arange(3.0) / 1e-12, (2, 1)))
+    assert wnn.cosine_similarity(x[0], np.ones(3)) == 0
+    assert np.all(np.isfinite(wg.grad(lambda x: wnn.cosine_similarity(x, np.ones(3)))(x[0])))
+
+
+def test_gradients_keep_float32():
+    x = X.astype(np.float32)
+    for name, f in SCALAR_FNS.items():
+        if name == "pairwise_cosine_softmax":
+            continue
+        g = wg.grad(f)(np.resize(x, (2, 4)))
+        assert g.dtype == np.float32, name
+
+
+def test_functions_on_plain_arrays_are_plain_numpy():
+    assert type(wnn.softmax(X)) is np.ndarray
+    assert type(wnn.softmax([1.0, 2.0])) is np.ndarray
+    np.testing.assert_allclose(wnn.softmax([1.0, 2.0]), scipy.special.softmax([1.0, 2.0]))

@@ -1,0 +1,242 @@
+"""Rewrites: log of a known composition records the fused, stable operation (docs/rewrites.md).
+
+For each pattern: the fused primitive is what the tape holds, the value and gradient equal those of
+the composition at ordinary inputs, and stay finite at logits of 1e4 where the composition's do
+not; rewrites can be turned off; near-misses are left alone."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import scipy.special
+
+import wengert as wg
+import wengert.nn as wnn
+import wengert.numpy as wnp
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((3, 4))
+LABELS = np.array([0, 3, 1])
+ONEHOT = np.eye(4)[LABELS]
+
+
+def recorded(f, *args):
+    """The names of the primitives on the tape when ``f`` is differentiated at ``args``."""
+    names = []
+
+    def traced(*a):
+        out = f(*a)
+        names.extend(e[0].name for e in out._trace.tape if e[0] is not None)
+        return out
+
+    wg.grad(traced)(*args)
+    return names
+
+
+def softmax_written_out(x, axis=1):
+    e = wnp.exp(x)
+    return e / wnp.sum(e, axis=axis, keepdims=True)
+
+
+def softmax_shifted(x, axis=1):
+    e = wnp.exp(x - wnp.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def sigmoid_written_out(x):
+    return 1 / (1 + wnp.exp(-x))
+
+
+PATTERNS = {
+    # name: (function of x, the fused primitive it must record)
+    "log(softmax) with targets": (lambda x: -wnp.sum(ONEHOT * wnp.log(softmax_written_out(x))), "nn.log_softmax"),
+    "log(softmax) indexed": (lambda x: -wnp.mean(wnp.log(softmax_written_out(x))[np.arange(3), LABELS]),
+                             "nn.log_softmax"),
+    "log(softmax[index])": (lambda x: -wnp.mean(wnp.log(softmax_written_out(x)[np.arange(3), LABELS])),
+                            "nn.log_softmax"),
+    "log(shifted softmax)": (lambda x: -wnp.sum(ONEHOT * wnp.log(softmax_shifted(x))), "nn.log_softmax"),
+    "exp(x) / sum(exp(x)), axis 0": (
+        lambda x: wnp.sum(wnp.log(wnp.exp(x) / wnp.sum(wnp.exp(x), axis=0, keepdims=True)) * X), "nn.log_softmax"),
+    "softmax over all elements": (lambda x: wnp.sum(wnp.log(wnp.exp(x) / wnp.sum(wnp.exp(x))) * X),
+                                  "nn.log_softmax"),
+    "sum without keepdims, then [:, None]": (
+        lambda x: wnp.sum(wnp.log(wnp.exp(x) / wnp.sum(wnp.exp(x), axis=1)[:, None]) * X), "nn.log_softmax"),
+    "(1 / sum) * e (seed 002)": (
+        lambda x: wnp.sum(wnp.log((1 / wnp.sum(wnp.exp(x), axis=1, keepdims=True)) * wnp.exp(x)) * X),
+        "nn.log_softmax"),
+    "log(nn.softmax)": (lambda x: wnp.sum(wnp.log(wnn.softmax(x)) * X), "nn.log_softmax"),
+    "np.log(softmax) through __array_ufunc__": (lambda x: wnp.sum(np.log(softmax_written_out(x)) * X),
+                                                "nn.log_softmax"),
+    "log(sum(exp))": (lambda x: wnp.sum(wnp.log(wnp.sum(wnp.exp(x), axis=1))), "nn.logsumexp"),
+    "log(sum(exp)) keepdims": (lambda x: wnp.sum(wnp.log(wnp.sum(wnp.exp(x), axis=0, keepdims=True)) * X[0]),
+                               "nn.logsumexp"),
+    "log(sum(b * exp))": (lambda x: wnp.sum(wnp.log(wnp.sum(np.abs(X) * wnp.exp(x), axis=1))), "nn.logsumexp_b"),
+    "log(sigmoid) written out": (lambda x: wnp.sum(wnp.log(sigmoid_written_out(x)) * X), "nn.log_sigmoid"),
+    "log(1 - sigmoid) written out": (lambda x: wnp.sum(wnp.log(1 - sigmoid_written_out(x)) * X), "nn.softplus"),
+    "log(nn.sigmoid)": (lambda x: wnp.sum(wnp.log(wnn.sigmoid(x)) * X), "nn.log_sigmoid"),
+    "log(1 - nn.sigmoid)": (lambda x: wnp.sum(wnp.log(1 - wnn.sigmoid(x)) * X), "nn.softplus"),
+    "binary cross-entropy written out": (
+        lambda x: -wnp.mean((X > 0) * wnp.log(sigmoid_written_out(x))
+                            + (1 - (X > 0)) * wnp.log(1 - sigmoid_written_out(x))), "nn.softplus"),
+}
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_the_fused_operation_is_recorded_instead_of_log(name):
+    f, fused = PATTERNS[name]
+    names = recorded(f, X)
+    assert fused in names, names
+    assert "log" not in names, names
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_value_and_gradient_equal_the_compositions(name):
+    f, _ = PATTERNS[name]
+    value, g = wg.value_and_grad(f)(X)
+    with wg.config.override(rewrites=False):
+        assert "log" in recorded(f, X)
+        ref_value, ref_g = wg.value_and_grad(f)(X)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+    np.testing.assert_allclose(g, ref_g, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_second_order_through_the_rewritten_function(name):
+    f, _ = PATTERNS[name]
+    wg.check_grads(f, (X,), order=2)
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_finite_at_logits_of_1e4(name):
+    f, _ = PATTERNS[name]
+    big = X * 1e4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")        # the user's own exp(1e4) overflows before log is reached
+        value, g = wg.value_and_grad(f)(big)
+        with wg.config.override(rewrites=False):
+            ref_value, ref_g = wg.value_and_grad(f)(big)
+    assert np.isfinite(value) and np.all(np.isfinite(g))
+    assert not (np.isfinite(ref_value) and np.all(np.isfinite(ref_g)))   # what the rewrite saves
+
+
+def test_the_unfused_mlp_forward_no_longer_overflows_at_logits_of_1e4():
+    """Seed 002's loss as a user writes it: crossEntropy y . softMax, softmax with no shift."""
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((5, 4)).astype(np.float32)
+    x = (rng.standard_normal((3, 5)) * 6e3).astype(np.float32)       # logits of order 1e4
+    y = ONEHOT.astype(np.float32)
+
+    def loss(W):
+        z = x @ W
+        return -wnp.sum(y * wnp.log(softmax_written_out(z))) / x.shape[0]
+
+    z = x @ W
+    assert np.abs(z).max() > 1e4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value, g = wg.value_and_grad(loss)(W)
+        with wg.config.override(rewrites=False):
+            bad_value, bad_g = wg.value_and_grad(loss)(W)
+    assert not np.isfinite(bad_value) and not np.all(np.isfinite(bad_g))
+    ref = -np.mean(np.sum(y * scipy.special.log_softmax(z.astype(np.float64), axis=1), axis=1))
+    np.testing.assert_allclose(value, ref, rtol=1e-6)
+    fused_value, fused_g = wg.value_and_grad(lambda W: wnn.softmax_cross_entropy(x @ W, y))(W)
+    np.testing.assert_allclose(value, fused_value, rtol=1e-6)
+    np.testing.assert_allclose(g, fused_g, rtol=1e-5, atol=1e-5)
+    assert g.dtype == np.float32
+
+
+def test_the_shift_by_the_max_is_dropped_from_the_gradient():
+    names = recorded(lambda x: -wnp.sum(ONEHOT * wnp.log(softmax_shifted(x))), X)
+    # the fused op sits on x itself, so max's and subtract's rules never run; check by tape position
+    seen = {}
+
+    def traced(x):
+        out = -wnp.sum(ONEHOT * wnp.log(softmax_shifted(x)))
+        tape = out._trace.tape
+        seen["parents"] = [e[4] for e in tape if e[0] is not None and e[0].name == "nn.log_softmax"]
+        return out
+
+    wg.grad(traced)(X)
+    assert seen["parents"] == [((0, 0),)], (seen, names)
+
+
+# --- near misses are left alone -------------------------------------------------------------------------
+NEAR_MISSES = {
+    "the sum of another array": lambda x: wnp.sum(wnp.log(wnp.exp(x) / wnp.sum(wnp.exp(x * 2), axis=1,
+                                                                                keepdims=True))),
+    "a sum along another axis": lambda x: wnp.sum(wnp.log(wnp.exp(x) / wnp.sum(wnp.exp(x), axis=0)[None, :][:, :1])),
+    "2 / (1 + exp(-x))": lambda x: wnp.sum(wnp.log(2 / (1 + wnp.exp(-x)))),
+    "1 / (2 + exp(-x))": lambda x: wnp.sum(wnp.log(1 / (2 + wnp.exp(-x)))),
+    "log(sum(x))": lambda x: wnp.sum(wnp.log(wnp.sum(wnp.abs(x), axis=1))),
+    "log(exp(x) + 1)": lambda x: wnp.sum(wnp.log(wnp.exp(x) + 1)),
+    "a shift not constant along the axis": lambda x: wnp.sum(wnp.log(softmax_written_out(x - X)) * X),
+}
+
+
+@pytest.mark.parametrize("name", list(NEAR_MISSES))
+def test_near_misses_record_plain_log_with_the_right_gradient(name):
+    f = NEAR_MISSES[name]
+    names = recorded(f, X)
+    if name != "a shift not constant along the axis":
+        assert "log" in names, names
+    else:
+        assert "nn.log_softmax" in names      # rewritten, but on x - X: the shift is kept
+    wg.check_grads(f, (X,))
+
+
+def test_an_in_place_write_after_exp_stops_the_rewrite():
+    def f(x):
+        z = x * 1.0
+        e = wnp.exp(z)
+        s = wnp.sum(e, axis=1, keepdims=True)
+        z[0, 0] = 100.0                        # z changes after exp read it: exp's kept input is stale
+        return wnp.sum(wnp.log(e / s) * X) + wnp.sum(z)
+
+    names = recorded(f, X)
+    assert "log" in names and "nn.log_softmax" not in names
+    e = np.exp(X)
+    np.testing.assert_allclose(f(X.copy()), np.sum(np.log(e / e.sum(1, keepdims=True)) * X) + X.sum() - X[0, 0] + 100)
+
+
+def test_rewrites_can_be_turned_off():
+    f, fused = PATTERNS["log(softmax) with targets"]
+    wg.config.update("rewrites", False)
+    try:
+        names = recorded(f, X)
+        assert fused not in names and "log" in names
+    finally:
+        wg.config.update("rewrites", True)
+    assert fused in recorded(f, X)
+
+
+def test_the_environment_variable_turns_rewrites_off():
+    code = ("import wengert as wg, wengert.numpy as wnp, numpy as np\n"
+            "assert not wg.config.rewrites\n"
+            "def f(x):\n    y = wnp.log(wnp.exp(x) / wnp.sum(wnp.exp(x)))\n"
+            "    print(sorted({e[0].name for e in y._trace.tape if e[0] is not None}))\n    return wnp.sum(y)\n"
+            "wg.grad(f)(np.ones(3))\n")
+    env = dict(os.environ, WENGERT_REWRITES="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "'log'" in out.stdout and "nn.log_softmax" not in out.stdout
+
+
+def test_log_of_plain_arrays_is_untouched():
+    assert type(wnp.log(np.ones(3))) is np.ndarray
+    np.testing.assert_array_equal(wnp.log(np.exp(X)), np.log(np.exp(X)))
+
+
+def test_the_mlp_benchmark_runs_and_checks_its_gradients():
+    """benchmarks/mlp_fused.py checks every contestant's gradient against the hand-written one
+    before timing; one round is enough to run those checks."""
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "mlp_fused.py"
+    out = subprocess.run([sys.executable, str(script), "--repeat", "1"], capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "unfused / fused" in out.stdout and "hybrid / fused" in out.stdout
