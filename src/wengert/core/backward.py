@@ -115,12 +115,12 @@ def backward(tape, seeds, keep_tape=False):
                 else (a * 0 if gi is None else gi)
                 for gi, a in zip(g, ans)
             )
-        if prim.fused_vjp is not None:
-            for (position, parent), c in zip(parents, prim.fused_vjp(g, ans, args, params, parents)):
+        if prim._fused_vjp is not None:
+            for (position, parent), c in zip(parents, prim._fused_vjp(g, ans, args, params, parents)):
                 if c is not None:
                     accumulate(cts, owned, parent, c)
             continue
-        rules = prim.vjp
+        rules = prim._vjp
         for position, parent in parents:
             c = rules[position](g, ans, *args, **params)
             if c is not None:

@@ -91,6 +91,7 @@ def write_in_place(x, index, value, write_prim):
             f"pass of {saver} would read the new values and give a wrong gradient. " + ADVICE)
     if trace.written is None:
         trace.written = {}
+        trace.guard = check_not_stale
     else:
         check_not_stale(trace, (x,), write_prim)
     plain_value = value.value if type(value) is Tracer and value._trace is trace else value

@@ -19,12 +19,13 @@ from .errors import LeakedTracerError
 class Trace:
     """One transform's tape. ``level`` orders nested transforms: the innermost is highest."""
 
-    __slots__ = ("level", "tape", "alive", "inputs", "written", "saved", "scanned", "__weakref__")
+    __slots__ = ("level", "tape", "alive", "guard", "inputs", "written", "saved", "scanned", "__weakref__")
 
     def __init__(self, level):
         self.level = level
         self.tape = []
         self.alive = True
+        self.guard = None     # called by bind before each operation, when set (see close_trace)
         self.inputs = []      # the input arrays: in-place writes into them are refused
         self.written = None   # id(base array) -> tape index of its latest in-place write
         self.saved = None     # id(base array) -> name of a primitive that saved it (see mutation.py)
@@ -80,8 +81,13 @@ def new_trace():
     return Trace(_depth[0])
 
 
+def _refuse_leaked(trace, args, prim):
+    raise LeakedTracerError(prim.name)
+
+
 def close_trace(trace):
     trace.alive = False
+    trace.guard = _refuse_leaked
     _depth[0] -= 1
 
 
@@ -140,8 +146,8 @@ class Primitive:
     only those, so intermediates that no rule needs are freed during the forward pass.
     """
 
-    __slots__ = ("name", "impl", "vjp", "fused_vjp", "jvp", "batch", "keep_ans", "keep_args",
-                 "value_args", "multiple_results")
+    __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "batch", "keep_ans", "_keep_args",
+                 "value_args", "multiple_results", "records", "drop_args")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None):
         self.name = name
@@ -152,6 +158,34 @@ class Primitive:
         self.batch = batch
         self.multiple_results = multiple_results
         self.keep_ans, self.keep_args, self.value_args = _what_rules_keep(vjp)
+
+    @property
+    def vjp(self):
+        return self._vjp
+
+    @vjp.setter
+    def vjp(self, rules):
+        self._vjp = rules
+        self.records = rules is not None or getattr(self, "_fused_vjp", None) is not None
+
+    @property
+    def fused_vjp(self):
+        return self._fused_vjp
+
+    @fused_vjp.setter
+    def fused_vjp(self, rule):
+        self._fused_vjp = rule
+        self.records = rule is not None or getattr(self, "_vjp", None) is not None
+
+    @property
+    def keep_args(self):
+        """Per-argument flags: does a rule read this argument? (None: keep all)."""
+        return self._keep_args
+
+    @keep_args.setter
+    def keep_args(self, flags):
+        self._keep_args = flags
+        self.drop_args = () if flags is None else tuple(i for i, keep in enumerate(flags) if not keep)
 
     def __call__(self, *args, **params):
         for a in args:
@@ -196,13 +230,44 @@ def _what_rules_keep(rules):
     return keep_ans, keep, values
 
 
+_new = object.__new__
+
+
 def bind(prim, args, params):
-    """Run ``prim`` on arguments some of which are tracers, recording one node at the top level."""
-    if len(args) == 1:
+    """Run ``prim`` on arguments some of which are tracers, recording one tape entry at the top level.
+
+    This is the cost wengert adds to every operation, so the one- and two-argument cases are
+    spelled out, and a tracer is built without an ``__init__`` call.
+    """
+    n = len(args)
+    if n == 1:
         a = args[0]
         trace = a._trace
         vals = [a.value]
         parents = ((0, a.index),)
+    elif n == 2:
+        a, b = args
+        if type(a) is Tracer:
+            trace = a._trace
+            if type(b) is Tracer:
+                other = b._trace
+                if other is trace:
+                    vals = [a.value, b.value]
+                    parents = ((0, a.index), (1, b.index))
+                elif other.level > trace.level:
+                    trace = other
+                    vals = [a, b.value]
+                    parents = ((1, b.index),)
+                else:
+                    vals = [a.value, b]
+                    parents = ((0, a.index),)
+            else:
+                vals = [a.value, b]
+                parents = ((0, a.index),)
+        else:
+            trace = b._trace
+            vals = [a, b.value]
+            parents = ((1, b.index),)
     else:
         trace = None
         for a in args:
@@ -217,30 +282,29 @@ def bind(prim, args, params):
                 vals[i] = a.value
                 parents.append((i, a.index))
         parents = tuple(parents)
-    if not trace.alive:
-        raise LeakedTracerError(prim.name)
-    if trace.written is not None:
-        from .mutation import check_not_stale
-        check_not_stale(trace, args, prim)
+    if trace.guard is not None:
+        trace.guard(trace, args, prim)
     for v in vals:
         if type(v) is Tracer:
             ans = prim(*vals, **params)
             break
     else:
         ans = prim.impl(*vals, **params)
-    if prim.vjp is None and prim.fused_vjp is None:
+    if not prim.records:
         return ans
-    keep = prim.keep_args
-    if keep is not None:
-        for i in range(min(len(keep), len(vals))):
-            if not keep[i]:
-                vals[i] = None
+    for i in prim.drop_args:
+        if i < n:
+            vals[i] = None
     tape = trace.tape
     if prim.multiple_results:
         tape.append((prim, vals, ans, params, parents))
         return _select_outputs(ans, trace, len(tape) - 1)
     tape.append((prim, vals, ans if prim.keep_ans else None, params, parents))
-    return Tracer(ans, trace, len(tape) - 1)
+    out = _new(Tracer)
+    out.value = ans
+    out._trace = trace
+    out.index = len(tape) - 1
+    return out
 
 
 class _Select:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..core.errors import NoDerivativeError
 from ..core.trace import Tracer, bind, unbox
+from ..core.trace import _new
 from ..primitives import elementwise as E
 from ..primitives import shape as S
 from ..primitives._table import unbox_all
@@ -50,16 +51,26 @@ _PLAIN_INDEX = (int, slice)
 
 
 def _getitem(self, index):
-    """``x[index]``: the hot path of per-column loops, so plain int/slice indices go straight to bind."""
+    """``x[index]``: the hot path of per-column loops, recorded here without the generic ``bind``."""
     t = type(index)
     if t is tuple:
         for i in index:
             if type(i) not in _PLAIN_INDEX:
-                return bind(S.getitem, (self,), {"index": _clean_index(index)})
+                index = _clean_index(index)
+                break
+    elif t is not int and t is not slice:
+        index = _clean_index(index)
+    trace = self._trace
+    value = self.value
+    if trace.guard is not None or type(value) is Tracer:
         return bind(S.getitem, (self,), {"index": index})
-    if t is int or t is slice:
-        return bind(S.getitem, (self,), {"index": index})
-    return bind(S.getitem, (self,), {"index": _clean_index(index)})
+    tape = trace.tape
+    tape.append((S.getitem, [value], None, {"index": index}, ((0, self.index),)))
+    out = _new(Tracer)
+    out.value = value[index]
+    out._trace = trace
+    out.index = len(tape) - 1
+    return out
 
 
 def _setitem(self, index, value):
