@@ -13,6 +13,8 @@ import contextlib
 import dis
 import gc
 
+import numpy as np
+
 from .errors import LeakedTracerError
 
 
@@ -190,11 +192,27 @@ class Primitive:
     def __call__(self, *args, **params):
         for a in args:
             if type(a) is Tracer:
+                if params and type(self.impl) is _ufunc:
+                    return _traced_ufunc_call(self, args, params)
                 return bind(self, args, params)
         return self.impl(*args, **params)
 
     def __repr__(self):
         return f"<primitive {self.name}>"
+
+
+_ufunc = np.ufunc
+
+
+def _traced_ufunc_call(prim, args, options):
+    """NumPy's ufunc keywords on traced values: ``dtype=`` casts the result; the rest are refused."""
+    dtype = options.pop("dtype", None)
+    if options:
+        raise TypeError(
+            f"wengert.numpy.{prim.name}: the options {sorted(options)} are not supported on traced values "
+            "(out= would write into a plain array and drop the gradient); use the returned value instead")
+    out = bind(prim, args, {})
+    return out if dtype is None else out.astype(dtype)
 
 
 def _what_rules_keep(rules):

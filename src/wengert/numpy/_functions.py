@@ -646,6 +646,10 @@ def take_along_axis(arr, indices, axis=-1):
         return ravel(arr)[indices]
     nd = _ndim(arr)
     axis = axis % nd
+    shape = list(np.broadcast_shapes(tuple(n if d != axis else 1 for d, n in enumerate(_shape(arr))),
+                                     tuple(n if d != axis else 1 for d, n in enumerate(indices.shape))))
+    shape[axis] = indices.shape[axis]
+    indices = np.broadcast_to(indices, shape)
     grids = np.ogrid[tuple(slice(n) for n in indices.shape)]
     index = tuple(indices if d == axis else grids[d] for d in range(nd))
     return arr[index]

@@ -113,8 +113,8 @@ def _check(f, xs, labels, fname, order, level, eps, rtol, atol, max_elements, se
         worst, worst_excess = None, 0.0
         for flat, num in numeric.items():
             excess = abs(g_flat[flat] - num) - (atol + rtol * abs(num))
-            if not np.isfinite(g_flat[flat]) or excess > worst_excess:
-                worst, worst_excess = flat, (np.inf if not np.isfinite(g_flat[flat]) else excess)
+            if not (np.isfinite(g_flat[flat]) and np.isfinite(num)) or excess > worst_excess:
+                worst, worst_excess = flat, (np.inf if not np.isfinite(excess) else excess)
         if worst is not None:
             num, rev = float(numeric[worst]), float(g_flat[worst])
             index = np.unravel_index(worst, np.shape(x)) if np.ndim(x) else ()
