@@ -16,6 +16,8 @@ from .core.trace import Tracer
 from .transforms.check import check_grads
 from .transforms.reverse import grad, hessian, jacobian, jacrev, value_and_grad, vjp
 from .transforms.custom import CustomGradientError, custom_vjp, op
+from .transforms.extras import checkpoint, elementwise_grad
+from . import flatten_util  # noqa: F401
 from . import nn, rewrites  # noqa: F401  (rewrites: log of known compositions records the fused op)
 from .config import config
 
@@ -27,4 +29,5 @@ __all__ = [
     "numpy", "Tracer", "WengertError", "LeakedTracerError", "NoDerivativeError",
     "NonDifferentiableInputError", "NonScalarOutputError",
     "custom_vjp", "op", "CustomGradientError", "config", "nn",
+    "elementwise_grad", "checkpoint", "flatten_util",
 ]
