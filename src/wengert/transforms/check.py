@@ -67,8 +67,11 @@ def check_grads(f, args, order=1, modes=("rev",), eps=1e-6, rtol=1e-5, atol=1e-6
     gradient. On a mismatch, the AssertionError names the argument (and the leaf's path), the
     element, both values and the relative error. Returns None when everything agrees.
     """
-    if "rev" not in modes:
-        raise NotImplementedError("check_grads: only modes=('rev',) is available; forward mode comes with wengert.jvp")
+    if isinstance(modes, str):
+        modes = (modes,)
+    unknown = set(modes) - {"rev", "fwd"}
+    if unknown or not modes:
+        raise ValueError(f"check_grads: modes must be a tuple of 'fwd' and 'rev', got {modes!r}")
     args = tuple(tree.map(_to_float64, a) for a in (args if isinstance(args, (tuple, list)) else (args,)))
     names = _argnames(f, len(args))
     flat = [tree.flatten_with_paths(a) for a in args]
@@ -89,7 +92,47 @@ def check_grads(f, args, order=1, modes=("rev",), eps=1e-6, rtol=1e-5, atol=1e-6
         return f(*(tree.unflatten(treedef, ls) for (_, treedef), ls in zip(flat, leaves)))
 
     xs = [flat[argnum][0][k][1] for argnum, k in slots]
-    _check(of_leaves, xs, labels, getattr(f, "__name__", "f"), order, 1, eps, rtol, atol, max_elements, seed)
+    if "fwd" in modes:
+        _check_forward(of_leaves, xs, getattr(f, "__name__", "f"), order, eps, rtol, atol, seed)
+    if "rev" in modes:
+        _check(of_leaves, xs, labels, getattr(f, "__name__", "f"), order, 1, eps, rtol, atol, max_elements, seed)
+
+
+def _check_forward(f, xs, fname, order, eps, rtol, atol, seed):
+    """Forward mode: ``jvp`` along random directions against central differences along them.
+
+    With ``order=2`` the JVP of the gradient (a Hessian-vector product by forward over reverse) is
+    checked the same way.
+    """
+    from .forward import jvp
+    rng = np.random.default_rng(seed + 1000)
+    scalar_f = _scalarize(f, xs, rng)
+    fns = [(scalar_f, "the directional derivative")]
+    if order >= 2:
+        argnums = tuple(range(len(xs)))
+        w = [rng.standard_normal(np.shape(x)) for x in xs]
+
+        def grad_along(*a):
+            from .. import numpy as wnp
+            total = 0.0
+            for g, d in zip(grad(scalar_f, argnums=argnums)(*a), w):
+                total = total + wnp.sum(g * d)
+            return total
+        fns.append((grad_along, "the directional derivative of the gradient (order 2)"))
+    for fn, what in fns:
+        for _ in range(2):
+            ts = [rng.standard_normal(np.shape(x)) for x in xs]
+            ts = [t if np.ndim(x) else t[()] for t, x in zip(ts, xs)]
+            fwd = float(np.asarray(unbox(jvp(fn, tuple(xs), tuple(ts))[1]), dtype=np.float64))
+            plus = fn(*[x + eps * t for x, t in zip(xs, ts)])
+            minus = fn(*[x - eps * t for x, t in zip(xs, ts)])
+            num = (float(unbox(plus)) - float(unbox(minus))) / (2 * eps)
+            if not (np.isfinite(fwd) and np.isfinite(num)) or abs(fwd - num) > atol + rtol * abs(num):
+                rel = abs(fwd - num) / max(abs(num), 1e-300)
+                raise AssertionError(
+                    f"check_grads (forward mode): {what} of {fname} along a random direction "
+                    f"disagrees with finite differences: forward mode gives {fwd!r}, finite "
+                    f"differences give {num!r} (relative error {rel:.3g}; rtol={rtol}, atol={atol})")
 
 
 def _check(f, xs, labels, fname, order, level, eps, rtol, atol, max_elements, seed):
