@@ -1,0 +1,197 @@
+"""wengert.scipy: values equal SciPy's; first and second derivatives match finite differences."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import wengert as wg
+
+sc = pytest.importorskip("scipy.special")
+st = pytest.importorskip("scipy.stats")
+from wengert.scipy import special as ws  # noqa: E402
+from wengert.scipy import stats as wst  # noqa: E402
+
+SHAPES = [(), (4,), (2, 3)]
+
+
+def _pos(rng, shape, lo=0.5, hi=3.0):
+    return rng.uniform(lo, hi, shape)
+
+
+# name -> (wengert function, SciPy function, argument makers (rng, shape) -> array)
+def _n(rng, s):
+    return rng.normal(size=s)
+
+
+def _u(lo, hi):
+    return lambda rng, s: rng.uniform(lo, hi, s)
+
+
+P = _u(0.5, 3.0)
+UNARY = {
+    "gammaln": P, "digamma": P, "psi": P, "gamma": P, "rgamma": P, "erf": _n, "erfc": _n,
+    "erfinv": _u(-0.8, 0.8), "erfcinv": _u(0.2, 1.8), "ndtr": _n, "ndtri": _u(0.1, 0.9),
+    "log_ndtr": lambda rng, s: 3 * rng.normal(size=s), "expit": _n, "logit": _u(0.1, 0.9),
+    "log_expit": _n, "entr": P, "i0": _n, "i1": _n, "i0e": P, "i1e": P,
+}
+BINARY = {"beta": (P, P), "betaln": (P, P), "xlogy": (_n, P), "xlog1py": (_n, P)}
+ORDERED = {  # f(constant, x)
+    "polygamma": (2, P), "iv": (1.5, P), "ive": (2.0, _n), "jv": (1.5, P), "yv": (0.5, P),
+    "gammainc": (2.5, P), "gammaincc": (2.5, P),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_special(name, shape):
+    rng = np.random.default_rng(0)
+    x = UNARY[name](rng, shape)
+    f = getattr(ws, name)
+    np.testing.assert_allclose(f(x), getattr(sc, name)(x))
+    np.testing.assert_allclose(wg.vjp(f, x)[0], getattr(sc, name)(x))
+    wg.check_grads(f, (x,), order=2)
+
+
+@pytest.mark.parametrize("shapes", [((), ()), ((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3))])
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_special(name, shapes):
+    rng = np.random.default_rng(1)
+    a, b = (make(rng, s) for make, s in zip(BINARY[name], shapes))
+    f = getattr(ws, name)
+    np.testing.assert_allclose(wg.vjp(f, a, b)[0], getattr(sc, name)(a, b))
+    wg.check_grads(f, (a, b), order=2)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name", sorted(ORDERED))
+def test_special_with_a_constant_order(name, shape):
+    rng = np.random.default_rng(2)
+    v, make = ORDERED[name]
+    x = make(rng, shape)
+    f = getattr(ws, name)
+    np.testing.assert_allclose(wg.vjp(lambda x: f(v, x), x)[0], getattr(sc, name)(v, x), rtol=1e-12)
+    wg.check_grads(lambda x: f(v, x), (x,), order=2)
+    with pytest.raises(wg.NoDerivativeError):
+        wg.grad(lambda v: np.sum(f(v, x)))(float(v))
+
+
+def test_betainc_multigammaln_polygamma_arrays():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.1, 0.9, (2, 3))
+    wg.check_grads(lambda x: ws.betainc(2.5, 1.5, x), (x,), order=2)
+    a = rng.uniform(2.0, 4.0, (3,))
+    np.testing.assert_allclose(wg.vjp(lambda a: ws.multigammaln(a, 3), a)[0], sc.multigammaln(a, 3))
+    wg.check_grads(lambda a: ws.multigammaln(a, 3), (a,), order=2)
+    with pytest.raises(ValueError):
+        wg.grad(lambda a: ws.multigammaln(a, 3).sum())(np.array([0.5, 3.0]))
+    n = np.array([0, 1, 2])
+    np.testing.assert_allclose(wg.vjp(lambda x: ws.polygamma(n, x), a)[0], sc.polygamma(n, a))
+    wg.check_grads(lambda x: ws.polygamma(n, x), (a,), order=2)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_logsumexp(axis):
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(2, 3)), rng.uniform(0.5, 2.0, (2, 3))
+    for kw in ({}, {"keepdims": True}):
+        np.testing.assert_allclose(wg.vjp(lambda a: ws.logsumexp(a, axis=axis, **kw), a)[0],
+                                   sc.logsumexp(a, axis=axis, **kw))
+        wg.check_grads(lambda a, b: ws.logsumexp(a, axis=axis, b=b, **kw), (a, b), order=2)
+    s = rng.normal(size=(2, 3))
+    out, sign = ws.logsumexp(a, axis=axis, b=s, return_sign=True)
+    ref, ref_sign = sc.logsumexp(a, axis=axis, b=s, return_sign=True)
+    np.testing.assert_allclose(out, ref)
+    traced_out = wg.vjp(lambda a: ws.logsumexp(a, axis=axis, b=s, return_sign=True)[0], a)[0]
+    np.testing.assert_allclose(traced_out, ref)
+    wg.check_grads(lambda a, s: ws.logsumexp(a, axis=axis, b=s, return_sign=True)[0], (a, s), order=2)
+
+
+# --- stats ---------------------------------------------------------------------------------------
+def _stats_cases():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3))
+    u = rng.uniform(0.1, 0.9, (2, 3))
+    p = rng.uniform(0.5, 3.0, (2, 3))
+    par = lambda *s: rng.uniform(0.5, 3.0, s)  # noqa: E731
+    return [
+        ("norm", "logpdf", (x, par(3), par(2, 1))), ("norm", "pdf", (x, 0.3, par(3))),
+        ("norm", "cdf", (x, par(3), 1.5)), ("norm", "logcdf", (3 * x, 0.3, 1.5)),
+        ("norm", "sf", (x, 0.1, par(3))), ("norm", "logsf", (x, 0.1, 0.7)), ("norm", "ppf", (u, 0.1, par(3))),
+        ("t", "logpdf", (x, par(3), 0.2, par(2, 1))), ("t", "pdf", (x, par(3), par(3), 1.3)),
+        ("t", "cdf", (x, 2.5, par(3), par(3))), ("t", "logcdf", (x, 2.5, 0.2, 1.3)),
+        ("beta", "logpdf", (u, par(3), par(2, 1))), ("beta", "pdf", (u, par(3), 2.0)),
+        ("beta", "cdf", (u, 2.0, 3.0)), ("beta", "logcdf", (u, 2.0, 3.0)),
+        ("gamma", "logpdf", (p, par(3))), ("gamma", "pdf", (p, par(3), 0.1, par(3))),
+        ("gamma", "cdf", (p, 2.5)), ("gamma", "logcdf", (p, 2.5, 0.0, par(3))),
+        ("chi2", "logpdf", (p, par(3))), ("chi2", "pdf", (p, par(2, 1))),
+        ("chi2", "cdf", (p, 3.0)), ("chi2", "logcdf", (p, 3.0)),
+        ("dirichlet", "logpdf", (np.array([0.2, 0.3]), par(3))),
+        ("dirichlet", "pdf", (np.array([[0.2, 0.1], [0.3, 0.6]]), par(3))),
+        ("multivariate_normal", "logpdf", (rng.normal(size=(4, 3)), rng.normal(size=3),
+                                           np.array([[2.0, 0.3, 0.1], [0.3, 1.5, 0.2], [0.1, 0.2, 1.0]]))),
+        ("multivariate_normal", "pdf", (rng.normal(size=3), rng.normal(size=3), par(3))),
+        ("multivariate_normal", "logpdf", (rng.normal(size=5), 0.3, 2.0)),
+    ]
+
+
+@pytest.mark.parametrize("case", _stats_cases(), ids=lambda c: f"{c[0]}.{c[1]}")
+def test_stats(case):
+    dist, method, args = case
+    f, ref_f = getattr(getattr(wst, dist), method), getattr(getattr(st, dist), method)
+    ref = ref_f(*args)
+    np.testing.assert_allclose(f(*args), ref)  # plain values: SciPy's own
+    diff = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+
+    def of_arrays(*xs):
+        full = list(args)
+        for i, v in zip(diff, xs):
+            full[i] = v
+        return f(*full)
+
+    arrays = [args[i] for i in diff]
+    got = wg.vjp(of_arrays, *arrays)[0]
+    assert np.shape(got) == np.shape(ref)
+    np.testing.assert_allclose(got, ref, rtol=1e-10)
+    wg.check_grads(of_arrays, arrays, order=2)
+
+
+def test_poisson():
+    k = np.array([0, 1, 3, -1, 1.5])
+    mu = np.array([0.7, 2.0, 3.5, 1.0, 1.0])
+    for method in ("logpmf", "pmf", "cdf", "logcdf"):
+        f, ref = getattr(wst.poisson, method), getattr(st.poisson, method)
+        np.testing.assert_allclose(wg.vjp(lambda mu: f(k, mu), mu)[0], ref(k, mu))
+        wg.check_grads(lambda mu: f(k[:3], mu), (mu[:3],), order=2)
+
+
+def test_invalid_parameters_as_scipy():
+    # scale, df, a <= 0 give nan, as in SciPy; out of support gives -inf / 0
+    with np.errstate(all="ignore"):
+        for dist, args in (("norm", (1.0, 0.0, np.array([1.0, -1.0]))),
+                           ("t", (1.0, np.array([2.0, -1.0]))),
+                           ("gamma", (np.array([-1.0, 1.0]), np.array([2.0, 0.0]))),
+                           ("beta", (np.array([-0.5, 0.5, 1.5]), 2.0, np.array([2.0, -1.0, 2.0])))):
+            arr = [a for a in args if isinstance(a, np.ndarray)][-1]
+            pos = [i for i, a in enumerate(args) if a is arr][0]
+
+            def f(v, args=args, pos=pos, dist=dist):
+                full = list(args)
+                full[pos] = v
+                return getattr(wst, dist).logpdf(*full)
+
+            np.testing.assert_array_equal(wg.vjp(f, arr)[0], getattr(st, dist).logpdf(*args))
+    # the multivariate distributions raise SciPy's own errors
+    with pytest.raises(ValueError):
+        wg.grad(lambda a: wst.dirichlet.logpdf(np.array([0.2, 0.8]), a))(np.array([1.0, -1.0]))
+    with pytest.raises(ValueError):
+        wg.grad(lambda m: wst.multivariate_normal.logpdf(np.zeros(2), m, -np.eye(2)))(np.zeros(2))
+    with pytest.raises(wg.NoDerivativeError):
+        wg.grad(lambda df: wst.t.cdf(0.5, df))(3.0)
+
+
+def test_import_without_scipy_says_how_to_install():
+    code = ("import sys; sys.modules['scipy'] = None\n"
+            "try:\n    import wengert.scipy\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "pip install" in out.stdout and "scipy" in out.stdout, out.stdout + out.stderr
