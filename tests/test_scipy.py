@@ -195,3 +195,75 @@ def test_import_without_scipy_says_how_to_install():
             "try:\n    import wengert.scipy\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "pip install" in out.stdout and "scipy" in out.stdout, out.stdout + out.stderr
+
+
+# --- signal and linalg ---------------------------------------------------------------------------
+import scipy.linalg as sl  # noqa: E402
+import scipy.signal as sig  # noqa: E402
+
+from wengert.scipy import linalg as wsl  # noqa: E402
+from wengert.scipy import signal as wsig  # noqa: E402
+
+
+@pytest.mark.parametrize("shapes", [((7,), (3,)), ((3,), (7,)), ((5, 4), (2, 3)), ((3, 4, 2), (2, 2, 2)),
+                                    ((4, 2), (2, 3))])
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("name", ["convolve", "correlate"])
+def test_signal_convolve_and_correlate(name, mode, shapes):
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=shapes[0]), rng.normal(size=shapes[1])
+    f = getattr(wsig, name)
+    try:
+        ref = getattr(sig, name)(a, b, mode)
+    except ValueError:
+        with pytest.raises(ValueError):
+            wg.grad(lambda a: f(a, b, mode).sum())(a)
+        return
+    np.testing.assert_allclose(wg.vjp(lambda a, b: f(a, b, mode), a, b)[0], ref, atol=1e-12)
+    wg.check_grads(lambda a, b: f(a, b, mode), (a, b), order=2)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("trans", [0, 1, "T"])
+@pytest.mark.parametrize("unit_diagonal", [False, True])
+@pytest.mark.parametrize("rhs_shape", [(4,), (4, 2)])
+def test_solve_triangular(lower, trans, unit_diagonal, rhs_shape):
+    rng = np.random.default_rng(7)
+    a = np.tril(rng.normal(size=(4, 4))) + 4 * np.eye(4)
+    a = a if lower else a.T
+    b = rng.normal(size=rhs_shape)
+
+    def f(a, b):
+        return wsl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal)
+
+    ref = sl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal)
+    np.testing.assert_allclose(wg.vjp(f, a, b)[0], ref)
+    wg.check_grads(f, (a, b), order=2)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_cho_solve(lower):
+    rng = np.random.default_rng(8)
+    s = rng.normal(size=(4, 4))
+    s = s @ s.T + 4 * np.eye(4)
+    b = rng.normal(size=(4, 2))
+
+    def f(s, b):
+        return wsl.cho_solve(wsl.cho_factor((s + s.T) / 2, lower=lower), b)
+
+    np.testing.assert_allclose(wg.vjp(f, s, b)[0], sl.cho_solve(sl.cho_factor(s, lower=lower), b))
+    wg.check_grads(f, (s, b), order=2)
+
+
+def test_expm_sqrtm_sylvester():
+    rng = np.random.default_rng(9)
+    x = 0.5 * rng.normal(size=(3, 3))
+    np.testing.assert_allclose(wg.vjp(wsl.expm, x)[0], sl.expm(x))
+    wg.check_grads(wsl.expm, (x,), order=2)
+    s = rng.normal(size=(3, 3))
+    s = s @ s.T + 3 * np.eye(3)
+    np.testing.assert_allclose(wg.vjp(wsl.sqrtm, s)[0], sl.sqrtm(s))
+    wg.check_grads(wsl.sqrtm, (s,), order=2)
+    p, q, r = rng.normal(size=(3, 3)) + 3 * np.eye(3), rng.normal(size=(2, 2)) + 3 * np.eye(2), rng.normal(size=(3, 2))
+    np.testing.assert_allclose(wg.vjp(wsl.solve_sylvester, p, q, r)[0], sl.solve_sylvester(p, q, r))
+    wg.check_grads(wsl.solve_sylvester, (p, q, r), order=2)

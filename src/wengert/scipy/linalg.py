@@ -1,0 +1,130 @@
+"""scipy.linalg with gradients: ``solve_triangular``, ``cho_solve``, ``cho_factor``, ``expm``,
+``sqrtm``, ``solve_sylvester`` (real matrices).
+
+``expm``'s rule is the block-matrix form of its Fréchet derivative, ``sqrtm``'s a Sylvester
+equation; both rules are written with these same primitives, so second derivatives work.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as _sl
+
+from ..core.trace import Tracer, unbox
+from ..numpy import _functions as F
+from ..numpy import linalg as _la
+from ..primitives._table import defprim
+
+__all__ = ["solve_triangular", "cho_solve", "cho_factor", "cholesky", "expm", "sqrtm", "solve_sylvester"]
+
+
+def _t(x):
+    return F.swapaxes(x, -1, -2)
+
+
+def _mat(v):
+    return F.reshape(v, v.shape + (1,)) if v.ndim == 1 else v
+
+
+def _trans_flag(trans):
+    flags = {0: 0, 1: 1, "N": 0, "T": 1, 2: 1, "C": 1}
+    if trans not in flags:
+        raise ValueError(f"Incorrect trans argument {trans!r}")
+    return flags[trans]
+
+
+def _st_impl(a, b, trans=0, lower=False, unit_diagonal=False):
+    return _sl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal)
+
+
+def _st_vjp_b(g, ans, a, b, trans=0, lower=False, unit_diagonal=False):
+    return _st(a, g, trans=1 - trans, lower=lower, unit_diagonal=unit_diagonal)
+
+
+def _st_vjp_a(g, ans, a, b, trans=0, lower=False, unit_diagonal=False):
+    gb = _mat(_st(a, g, trans=1 - trans, lower=lower, unit_diagonal=unit_diagonal))
+    x = _mat(ans)
+    ga = -(gb @ _t(x)) if trans == 0 else -(x @ _t(gb))
+    ga = F.tril(ga) if lower else F.triu(ga)
+    if unit_diagonal:
+        ga = ga * (1 - np.eye(a.shape[-1]))
+    return ga
+
+
+_st = defprim(_st_impl, (_st_vjp_a, _st_vjp_b), name="scipy.linalg.solve_triangular")
+
+
+def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, check_finite=True):
+    """``scipy.linalg.solve_triangular``; differentiable in ``a`` (its triangle) and ``b``."""
+    if type(a) is not Tracer and type(b) is not Tracer:
+        return _sl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal,
+                                    overwrite_b=overwrite_b, check_finite=check_finite)
+    return _st(F._as_traced_operand(a), F._as_traced_operand(b), trans=_trans_flag(trans),
+               lower=bool(lower), unit_diagonal=bool(unit_diagonal))
+
+
+def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
+    """``scipy.linalg.cholesky`` (upper by default, as SciPy)."""
+    if type(a) is not Tracer:
+        return _sl.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    low = _la.cholesky(a)
+    return low if lower else _t(low)
+
+
+def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
+    """``(c, lower)`` as SciPy's; on traced values the other triangle of ``c`` is zero."""
+    if type(a) is not Tracer:
+        return _sl.cho_factor(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    return cholesky(a, lower=lower), lower
+
+
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
+    """``scipy.linalg.cho_solve((c, lower), b)``: two triangular solves, differentiable in both."""
+    c, lower = c_and_lower
+    if type(c) is not Tracer and type(b) is not Tracer:
+        return _sl.cho_solve((c, lower), b, overwrite_b=overwrite_b, check_finite=check_finite)
+    if lower:
+        return solve_triangular(c, solve_triangular(c, b, lower=True), trans=1, lower=True)
+    return solve_triangular(c, solve_triangular(c, b, trans=1, lower=False), lower=False)
+
+
+def _expm_vjp(g, ans, a):
+    n = a.shape[-1]
+    at = _t(a)
+    zero = np.zeros(a.shape)
+    block = F.concatenate([F.concatenate([at, g], axis=-1), F.concatenate([zero, at], axis=-1)], axis=-2)
+    return expm(block)[..., :n, n:]
+
+
+expm = defprim(_sl.expm, _expm_vjp, name="scipy.linalg.expm")
+
+
+def _sylvester_impl(a, b, q):
+    return _sl.solve_sylvester(a, b, q)
+
+
+def _syl_adjoint(g, a, b):
+    return _sylvester(_t(a), _t(b), g)
+
+
+_sylvester = defprim(_sylvester_impl, (
+    lambda g, ans, a, b, q: -(_syl_adjoint(g, a, b) @ _t(ans)),
+    lambda g, ans, a, b, q: -(_t(ans) @ _syl_adjoint(g, a, b)),
+    lambda g, ans, a, b, q: _syl_adjoint(g, a, b)), name="scipy.linalg.solve_sylvester")
+
+
+def solve_sylvester(a, b, q):
+    """``scipy.linalg.solve_sylvester``: ``X`` with ``a X + X b = q``; differentiable in all three."""
+    if not any(type(x) is Tracer for x in (a, b, q)):
+        return _sl.solve_sylvester(a, b, q)
+    return _sylvester(*(F._as_traced_operand(x) for x in (a, b, q)))
+
+
+def _sqrtm_impl(a):
+    out = _sl.sqrtm(a)
+    out = out[0] if isinstance(out, tuple) else out
+    if np.isrealobj(a) and np.iscomplexobj(out) and not np.any(np.imag(out)):
+        out = np.real(out)
+    return out
+
+
+sqrtm = defprim(_sqrtm_impl, lambda g, ans, a: _sylvester(_t(ans), _t(ans), g), name="scipy.linalg.sqrtm")
