@@ -90,6 +90,8 @@ UNARY = [  # name, domain
     ("rad2deg", "real"), ("radians", "real"), ("degrees", "real"), ("absolute", "nonzero"),
     ("abs", "nonzero"), ("fabs", "nonzero"),
     ("asin", "unit"), ("acos", "unit"), ("atan", "real"), ("asinh", "real"), ("acosh", "gt1"), ("atanh", "unit"),
+    # on real arrays (complex values: tests/test_complex.py)
+    ("real", "real"), ("imag", "real"), ("conj", "real"), ("conjugate", "real"), ("angle", "nonzero"),
 ]
 UNARY_SHAPES = [(), (5,), (2, 3), (1, 4)]
 UNARY_ORDER2 = {"sqrt", "cbrt", "reciprocal", "exp", "log", "log1p", "sin", "tan", "arcsin", "arccos",

@@ -70,7 +70,11 @@ def accumulate(cts, owned, i, c):
             if not owned[i]:
                 old = cts[i] = np.array(old, dtype=np.result_type(old, c[1]), copy=True)
                 owned[i] = 1
-            _add_at(old, c[0], c[1])
+            try:
+                _add_at(old, c[0], c[1])
+            except TypeError:  # a complex contribution into a real buffer
+                old = cts[i] = old.astype(np.result_type(old, c[1]))
+                _add_at(old, c[0], c[1])
         return
     if kind is _Select:
         if old is None:
@@ -81,7 +85,10 @@ def accumulate(cts, owned, i, c):
     if old is None:
         cts[i] = c
     elif owned[i] and kind is not Tracer:
-        np.add(old, c, out=old)
+        try:
+            np.add(old, c, out=old)
+        except TypeError:  # a complex contribution into a real buffer
+            cts[i] = old + c
     else:
         new = old + c
         cts[i] = new

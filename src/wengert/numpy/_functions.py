@@ -17,6 +17,7 @@ from ..primitives import contractions as C
 from ..primitives import elementwise as E
 from ..primitives import reductions as R
 from ..primitives import shape as S
+from ..primitives import complex as _X
 from ..primitives._table import nondiff, unbox_all
 
 _NO_VALUE = np._NoValue
@@ -253,7 +254,10 @@ def tensordot(a, b, axes=2):
 
 @traceable(np.vdot)
 def vdot(a, b, /):
-    return C.vdot(_as_traced_operand(a), _as_traced_operand(b))
+    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    if np.iscomplexobj(unbox(a)):  # np.vdot conjugates its first argument
+        return sum(ravel(conj(a)) * ravel(b))
+    return C.vdot(a, b)
 
 
 @traceable(np.inner)
@@ -713,6 +717,37 @@ def _stack_nested(x):
     if type(x) in (list, tuple):
         return stack([_stack_nested(v) for v in x])
     return x if type(x) is Tracer else np.asarray(x)
+
+
+# --- complex numbers (JAX's convention for cotangents: docs/complex.md) -------------------------
+def real(val):
+    if type(val) is not Tracer:
+        return np.real(val)
+    return _X.real(val) if np.iscomplexobj(unbox(val)) else val
+
+
+def imag(val):
+    if type(val) is not Tracer:
+        return np.imag(val)
+    return _X.imag(val) if np.iscomplexobj(unbox(val)) else val * 0  # a zero that vmap can batch
+
+
+def conj(x, /, **kwargs):
+    if type(x) is not Tracer:
+        return np.conjugate(x, **kwargs)
+    return _X.conj(x) if np.iscomplexobj(unbox(x)) else x
+
+
+conjugate = conj
+
+
+def angle(z, deg=False):
+    if type(z) is not Tracer:
+        return np.angle(z, deg=deg)
+    if not np.iscomplexobj(unbox(z)):
+        return (z < 0) * (180.0 if deg else np.pi)  # constant: 0 or pi
+    out = _X.angle_(z)
+    return out * (180 / np.pi) if deg else out
 
 
 # --- functions without a gradient: they read traced values and return plain arrays --------------

@@ -155,8 +155,8 @@ def install(wnp):
     T.dtype = property(lambda self: unbox(self).dtype if hasattr(unbox(self), "dtype") else np.asarray(unbox(self)).dtype)
     T.T = property(lambda self: wnp.transpose(self))
     T.mT = property(lambda self: wnp.swapaxes(self, -1, -2))
-    T.real = property(lambda self: self)
-    T.imag = property(lambda self: wnp.zeros_like(self))
+    T.real = property(lambda self: wnp.real(self))
+    T.imag = property(lambda self: wnp.imag(self))
 
     T.__add__ = lambda self, other: E.add(self, other)
     T.__radd__ = lambda self, other: E.add(other, self)
@@ -219,7 +219,7 @@ def install(wnp):
     T.diagonal = lambda self, offset=0, axis1=0, axis2=1: wnp.diagonal(self, offset, axis1, axis2)
     T.trace = lambda self, offset=0, axis1=0, axis2=1, dtype=None, out=None: wnp.trace(self, offset, axis1, axis2, dtype, out)
     T.copy = lambda self, order="C": wnp.copy(self)
-    T.conj = T.conjugate = lambda self: self
+    T.conj = T.conjugate = lambda self: wnp.conj(self)
     T.item = lambda self, *args: unbox(self).item(*args)
     T.tolist = lambda self: unbox(self).tolist()
     for name in ("any", "all", "argmax", "argmin", "argsort", "nonzero", "round"):

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core.trace import unbox
 from ._table import defprim, unbroadcast
+from . import complex as _complex
 
 LN2 = np.log(2.0)
 LN10 = np.log(10.0)
@@ -102,7 +103,7 @@ rad2deg = defprim(np.rad2deg, lambda g, ans, x: g * (180 / np.pi))
 radians, degrees = deg2rad, rad2deg
 
 # --- absolute value, extrema, selection ---------------------------------------------------------
-absolute = defprim(np.absolute, lambda g, ans, x: g * np.sign(unbox(x)))
+absolute = defprim(np.absolute, lambda g, ans, x: _complex.abs_vjp(g, x))  # complex: g conj(x)/|x|
 abs = absolute  # noqa: A001 - NumPy's name
 fabs = defprim(np.fabs, lambda g, ans, x: g * np.sign(unbox(x)))
 maximum = defprim(np.maximum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),

@@ -39,10 +39,19 @@ broadcast_to = defprim(_broadcast_to, lambda g, ans, x, shape: unbroadcast(g, x.
 
 
 def _astype(x, dtype):
+    if x.dtype.kind == "c" and np.dtype(dtype).kind != "c":
+        return x.real.astype(dtype)  # NumPy's value, without its ComplexWarning
     return x.astype(dtype)
 
 
-astype = defprim(_astype, lambda g, ans, x, dtype: astype(g, dtype=unbox(x).dtype), name="astype")
+def _astype_vjp(g, x_dtype, dtype):
+    if x_dtype.kind == "c" and np.dtype(dtype).kind != "c":  # complex to real: the real part's rule
+        from .complex import real_part
+        g = real_part(g)
+    return astype(g, dtype=x_dtype)
+
+
+astype = defprim(_astype, lambda g, ans, x, dtype: _astype_vjp(g, unbox(x).dtype, dtype), name="astype")
 
 
 def _concatenate(*arrays, axis=0):

@@ -12,28 +12,62 @@ def _to_float64(x):
     x = unbox(x)
     if isinstance(x, float):
         return np.float64(x)
+    if isinstance(x, complex):
+        return np.complex128(x)
     if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.floating):
         return np.asarray(x, dtype=np.float64)
+    if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.complexfloating):
+        return np.asarray(x, dtype=np.complex128)
     return x
 
 
 def _differentiable(x):
-    return hasattr(x, "dtype") and np.issubdtype(x.dtype, np.floating)
+    return hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact)
+
+
+def _split_complex(f, xs, labels):
+    """Complex leaves as two real leaves, the real and imaginary parts (``z = re + 1j * im``).
+
+    Derivatives in the parts are real, so everything below checks them as usual; with wengert's
+    convention the gradient in ``z`` is ``d/dre - 1j d/dim`` (docs/complex.md).
+    """
+    parts, new_labels, spans = [], [], []
+    for x, label in zip(xs, labels):
+        if np.iscomplexobj(x):
+            spans.append(2)
+            parts += [np.real(x), np.imag(x)]
+            new_labels += [f"{label} (real part)", f"{label} (imaginary part)"]
+        else:
+            spans.append(1)
+            parts.append(x)
+            new_labels.append(label)
+
+    def of_parts(*ps):
+        it, rebuilt = iter(ps), []
+        for n in spans:
+            rebuilt.append(next(it) + 1j * next(it) if n == 2 else next(it))
+        return f(*rebuilt)
+
+    of_parts.__name__ = getattr(f, "__name__", "f")
+    return of_parts, parts, new_labels
 
 
 def _scalarize(f, args, rng):
     """``f`` if it returns a scalar, else ``sum_k <u_k, f(...)_k>`` with fixed random ``u_k``."""
     out = f(*args)
     leaves, treedef = tree.flatten(out)
-    if treedef == tree.LEAF and np.ndim(unbox(leaves[0])) == 0:
+    if treedef == tree.LEAF and np.ndim(unbox(leaves[0])) == 0 and not np.iscomplexobj(unbox(leaves[0])):
         return f
     weights = [rng.standard_normal(np.shape(unbox(leaf))) for leaf in leaves]
+    weights = [w + 1j * rng.standard_normal(np.shape(w)) if np.iscomplexobj(unbox(leaf)) else w
+               for w, leaf in zip(weights, leaves)]
 
     def scalar_f(*a):
         from .. import numpy as wnp
         total = 0.0
         for w, leaf in zip(weights, tree.flatten(f(*a))[0]):
-            total = total + wnp.sum(w * leaf)
+            term = wnp.sum(w * leaf)
+            total = total + (wnp.real(term) if np.iscomplexobj(unbox(term)) else term)
         return total
 
     return scalar_f
@@ -92,6 +126,8 @@ def check_grads(f, args, order=1, modes=("rev",), eps=1e-6, rtol=1e-5, atol=1e-6
         return f(*(tree.unflatten(treedef, ls) for (_, treedef), ls in zip(flat, leaves)))
 
     xs = [flat[argnum][0][k][1] for argnum, k in slots]
+    if any(np.iscomplexobj(x) for x in xs):
+        of_leaves, xs, labels = _split_complex(of_leaves, xs, labels)
     if "fwd" in modes:
         _check_forward(of_leaves, xs, getattr(f, "__name__", "f"), order, eps, rtol, atol, seed)
     if "rev" in modes:

@@ -148,11 +148,13 @@ def _finish(g, leaf):
     if g is None:
         g = np.zeros(shape, dtype)
     elif type(g) is Tracer:
-        return g if g.dtype == dtype else g.astype(dtype)
+        if g.dtype == dtype:
+            return g
+        return (g.real if g.dtype.kind == "c" and dtype.kind != "c" else g).astype(dtype)
     else:
         g = np.asarray(g)
         if g.dtype != dtype:
-            g = g.astype(dtype)
+            g = (g.real if g.dtype.kind == "c" and dtype.kind != "c" else g).astype(dtype)  # Re: docs/complex.md
         if g.shape != shape:
             g = np.broadcast_to(g, shape).copy()
     if not isinstance(plain, np.ndarray):

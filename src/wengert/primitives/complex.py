@@ -1,0 +1,57 @@
+"""Complex numbers: real, imag, conj, angle, and the conventions for cotangents.
+
+wengert follows JAX's convention (docs/complex.md). A cotangent ``c`` of a complex value ``z``
+pairs with a perturbation ``dz`` as ``Re(c * dz)`` (bilinear, no conjugate), so a holomorphic
+function's rule is the same as for reals (``g * f'(z)``) and needs no conjugates; only the
+non-holomorphic functions below (and ``absolute``) have complex-specific rules. The gradient of a
+real loss ``L`` with respect to ``z = x + iy`` is then ``dL/dx - i dL/dy``.
+
+A real value that received a complex cotangent (``x * 1j`` with ``x`` real) keeps its real part:
+``Re(c * dx) = Re(c) dx`` for real ``dx``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.trace import Tracer, unbox
+from ._table import defprim
+
+
+def _is_complex(x):
+    return np.iscomplexobj(unbox(x))
+
+
+# A real output's cotangent may carry a meaningless imaginary part (see real_part): dropped here,
+# before it could reach a complex value.
+real = defprim(np.real, lambda g, ans, x: real_part(g) + 0j, name="real")
+imag = defprim(np.imag, lambda g, ans, x: -1j * real_part(g), name="imag")
+conj = defprim(np.conjugate, lambda g, ans, x: conj(g), name="conjugate")
+conjugate = conj
+
+
+def _angle_impl(z):
+    return np.angle(z)
+
+
+# d angle = Im(conj(z) dz) / |z|^2 = Re(-i conj(z) dz) / |z|^2
+angle_ = defprim(_angle_impl, lambda g, ans, z: real_part(g) * -1j * conj(z) / real(z * conj(z)), name="angle")
+
+
+def real_part(g):
+    """``g`` as a real cotangent: its real part if it is complex.
+
+    A real value's cotangent can be complex (``x * 1j`` with ``x`` real gives ``x`` the cotangent
+    ``1j g``); only its real part means anything, and rules whose output is real and input complex
+    take it before the cotangent reaches the complex input.
+    """
+    if type(g) is Tracer:
+        return real(g) if _is_complex(g) else g
+    return np.real(g) if np.iscomplexobj(g) else g
+
+
+def abs_vjp(g, x):
+    """``absolute``'s rule: ``g sign(x)`` for reals, ``g conj(x) / |x|`` for complex ``x``."""
+    if _is_complex(x):
+        from .elementwise import absolute
+        return real_part(g) * conj(x) / absolute(x)
+    return g * np.sign(unbox(x))

@@ -1,0 +1,97 @@
+"""Complex numbers: JAX's convention (the gradient of a real loss in z = x + iy is dL/dx - i dL/dy),
+holomorphic and non-holomorphic functions, first and second order (docs/complex.md)."""
+import warnings
+
+import numpy as np
+import pytest
+
+import wengert as wg
+import wengert.numpy as wnp
+
+
+def _z(rng, shape):
+    return rng.normal(size=shape) + 1j * rng.normal(size=shape)
+
+
+def test_convention_matches_jax():
+    z = np.array(3 + 4j)
+    assert wg.grad(lambda z: wnp.abs(z) ** 2)(z) == 6 - 8j
+    assert wg.grad(lambda z: z.real)(z) == 1
+    assert wg.grad(lambda z: z.imag)(z) == -1j
+    np.testing.assert_allclose(wg.grad(lambda z: wnp.angle(z))(z), -0.16 - 0.12j)
+    np.testing.assert_allclose(wg.grad(lambda z: wnp.abs(z))(z), (3 - 4j) / 5)
+    # holomorphic f: grad of Re f(z) is conj-free f'(z)
+    np.testing.assert_allclose(wg.grad(lambda z: wnp.real(wnp.sin(z)))(z), np.cos(z))
+    g = wg.grad(lambda z: wnp.sum(wnp.real(z) * 2))(np.ones(3, np.complex64))
+    assert g.dtype == np.complex64
+
+
+def test_grad_equals_parts_derivatives():
+    rng = np.random.default_rng(0)
+    z = _z(rng, (4,))
+    f = lambda z: wnp.sum(wnp.abs(wnp.exp(z) * wnp.conj(z) + z ** 2))  # noqa: E731
+    g = wg.grad(f)(z)
+    gx, gy = wg.grad(lambda x, y: f(x + 1j * y), (0, 1))(z.real, z.imag)
+    np.testing.assert_allclose(g, gx - 1j * gy)
+
+
+FUNCS = {
+    "abs2": lambda z: wnp.sum(wnp.abs(z) ** 2),
+    "abs3": lambda z: wnp.sum(wnp.abs(z) ** 3),
+    "holomorphic": lambda z: wnp.sin(z) * wnp.exp(z) / (z + 3),
+    "log_sqrt_power": lambda z: wnp.log(z) ** 2 + wnp.sqrt(z) + z ** 3,
+    "tanh_cosh": lambda z: wnp.tanh(z) + wnp.cosh(z) - wnp.square(z),
+    "real_imag": lambda z: wnp.real(z) ** 3 * wnp.imag(z),
+    "methods": lambda z: z.real * z.imag + z.conj().imag,
+    "angle": lambda z: wnp.angle(z) ** 2,
+    "conj": lambda z: wnp.conj(z) ** 3,
+    "astype": lambda z: z.astype(np.float64) ** 3,
+    "reductions": lambda z: wnp.sum(z ** 2) * wnp.mean(z) + wnp.prod(z),
+    "reshape_index": lambda z: wnp.reshape(z, (-1, 1))[1:] * wnp.ravel(z)[0],
+    "real_to_complex": lambda z: wnp.abs(wnp.exp(1j * wnp.real(z)) * wnp.imag(z) ** 2),
+}
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_first_and_second_order(name, shape):
+    rng = np.random.default_rng(1)
+    z = _z(rng, shape) + (2.0 if name == "log_sqrt_power" else 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)  # NumPy's own astype
+        wg.check_grads(FUNCS[name], (z,), order=2)
+
+
+@pytest.mark.parametrize("name", ["dot", "matmul", "einsum", "vdot", "outer", "tensordot"])
+def test_contractions(name):
+    rng = np.random.default_rng(2)
+    a, b = _z(rng, (3, 4)), _z(rng, (4, 2))
+    fs = {
+        "dot": lambda a, b: wnp.dot(a, b),
+        "matmul": lambda a, b: wnp.abs(a @ b),
+        "einsum": lambda a, b: wnp.einsum("ij,jk->ik", a, wnp.conj(b)),
+        "vdot": lambda a, b: wnp.vdot(a[0], b[:, 0]),
+        "outer": lambda a, b: wnp.outer(a[0], b[0]),
+        "tensordot": lambda a, b: wnp.tensordot(a, b, axes=1),
+    }
+    wg.check_grads(fs[name], (a, b), order=2)
+
+
+def test_mixed_real_and_complex_arguments():
+    rng = np.random.default_rng(3)
+    x, z = rng.normal(size=3), _z(rng, (3,))
+    f = lambda x, z: wnp.abs(x * z + wnp.exp(1j * x)) ** 2  # noqa: E731
+    wg.check_grads(f, (x, z), order=2)
+    gx = wg.grad(lambda x: wnp.sum(f(x, z)))(x)
+    assert gx.dtype == np.float64  # a real input gets a real gradient
+
+
+def test_vjp_of_a_complex_output():
+    rng = np.random.default_rng(4)
+    z = _z(rng, (3,))
+    out, pull = wg.vjp(lambda z: z * z, z)
+    np.testing.assert_allclose(out, z * z)
+    ct = _z(rng, (3,))
+    np.testing.assert_allclose(pull(ct)[0], ct * 2 * z)  # transpose, no conjugate (JAX's vjp)
+    with pytest.raises(wg.NonScalarOutputError):
+        wg.grad(lambda z: wnp.sum(z))(z)
