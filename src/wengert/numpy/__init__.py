@@ -12,6 +12,7 @@ from ._functions import *  # noqa: F401,F403
 import importlib as _importlib
 # not `from . import linalg`: that finds numpy.linalg, which `from numpy import *` bound here
 linalg = _importlib.import_module(f"{__name__}.linalg")
+fft = _importlib.import_module(f"{__name__}.fft")
 from ._methods import build_dispatch_tables, install
 
 import numpy as _np
@@ -19,4 +20,5 @@ import sys as _sys
 
 build_dispatch_tables(_functions, _np)
 build_dispatch_tables(linalg, _np.linalg)
+build_dispatch_tables(fft, _np.fft)
 install(_sys.modules[__name__])
