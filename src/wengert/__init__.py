@@ -16,6 +16,7 @@ from .core.trace import Tracer
 from .transforms.check import check_grads
 from .transforms.reverse import grad, hessian, jacobian, jacrev, value_and_grad, vjp
 from .transforms.forward import hvp, jacfwd, jvp, linearize
+from .transforms.batching import vmap
 from .transforms.custom import CustomGradientError, custom_vjp, op
 from .transforms.extras import checkpoint, elementwise_grad
 from . import flatten_util  # noqa: F401
@@ -26,7 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Buffer", "at", "InPlaceWriteError",
-    "grad", "value_and_grad", "vjp", "jacobian", "jacrev", "hessian", "jvp", "linearize", "jacfwd", "hvp", "check_grads", "tree",
+    "grad", "value_and_grad", "vjp", "jacobian", "jacrev", "hessian", "jvp", "linearize", "jacfwd", "hvp", "vmap", "check_grads", "tree",
     "numpy", "Tracer", "WengertError", "LeakedTracerError", "NoDerivativeError",
     "NonDifferentiableInputError", "NonScalarOutputError",
     "custom_vjp", "op", "CustomGradientError", "config", "nn",

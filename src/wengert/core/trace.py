@@ -33,6 +33,8 @@ class Trace:
         self.saved = None     # id(base array) -> name of a primitive that saved it (see mutation.py)
         self.scanned = 0      # how much of the tape ``saved`` covers
 
+    batched = False  # a vmap level (transforms/batching.py): bind hands its operations to ``process``
+
 
 # A tape entry is a plain tuple (cheaper to build than an object):
 #   (primitive, arguments the rules read, output if the rules read it, parameters,
@@ -301,6 +303,8 @@ def bind(prim, args, params):
                 parents.append((i, a.index))
         parents = tuple(parents)
     if trace.guard is not None:
+        if trace.batched:
+            return trace.process(prim, vals, parents, params)
         trace.guard(trace, args, prim)
     for v in vals:
         if type(v) is Tracer:

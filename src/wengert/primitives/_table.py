@@ -11,6 +11,7 @@ import numpy as np
 from ..core.trace import Primitive, Tracer, unbox
 
 PRIMITIVES = {}
+BATCHING = [None]  # set by vmap (transforms/batching.py) while it runs: nondiff's hook for batched values
 
 
 def defprim(impl, vjp=None, name=None, multiple_results=False):
@@ -26,6 +27,10 @@ def unbox_all(x):
     """Strip tracers from ``x`` and from inside lists and tuples (for non-differentiable calls)."""
     t = type(x)
     if t is Tracer:
+        if BATCHING[0] is not None:  # inside vmap: keep the batch levels (see transforms/batching.py)
+            while type(x) is Tracer and not x._trace.batched:
+                x = x.value
+            return x
         return unbox(x)
     if t is list or t is tuple:
         return t(unbox_all(v) for v in x)
@@ -36,6 +41,10 @@ def nondiff(fn):
     """A NumPy function whose result carries no gradient: tracers are read for their values."""
 
     def call(*args, **kwargs):
+        if BATCHING[0] is not None:  # inside vmap: batched values keep their batch axis
+            out = BATCHING[0](call, fn, args, kwargs)
+            if out is not None:
+                return out
         return fn(*[unbox_all(a) for a in args], **{k: unbox_all(v) for k, v in kwargs.items()})
 
     call.__name__ = getattr(fn, "__name__", "nondiff")

@@ -1,0 +1,663 @@
+"""vmap: run a function written for one example over a batch, without a Python loop.
+
+``vmap`` opens a :class:`BatchTrace` (a trace level like ``grad``'s, so the two nest in either
+order) and wraps each batched input leaf as a ``Tracer`` of that level whose value carries the
+batch on axis 0 (inputs are moved there once). A tracer's ``shape`` at a batch level is the shape
+of one example. ``bind`` hands every operation on such tracers to :meth:`BatchTrace.process`, which
+applies the primitive's batching rule: elementwise operations align ranks and broadcast,
+reductions and shape operations shift their axes by one, matmul/dot/tensordot/outer/einsum become
+one batched contraction, indexing gets a leading full slice. The rules call primitives (not NumPy)
+on the values, so an outer ``grad`` records them as usual: ``grad(lambda p: vmap(f)(p, xs).sum())``
+is a single batched tape.
+
+A primitive without a rule is run once per example and stacked, with a warning naming it. Where
+the batched run cannot be trusted at all (Python control flow on a batched value, ``float()`` of
+one, a ``grad`` or ``jvp`` opened inside the vmapped function, a ``Buffer``), the whole function is
+run once per example with a warning: slow, never silently wrong.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import string
+import warnings
+
+import numpy as np
+
+from ..core import tree
+from ..core.errors import LeakedTracerError
+from ..core.trace import Trace, Tracer, _depth, close_trace
+from ..primitives import _table
+
+
+class NeedsLoop(TypeError):
+    """The batched run cannot express this; vmap falls back to one call per example."""
+
+
+class _NoTape(list):
+    """A batch level records nothing: code that appends to a tape directly is run per example."""
+
+    def append(self, entry):
+        raise NeedsLoop("an operation that records itself directly (wengert.Buffer, an in-place write)")
+
+
+def _never(trace, args, prim):  # pragma: no cover - bind calls ``process`` instead
+    raise AssertionError
+
+
+_OPEN_BATCH_LEVELS = set()
+_CURRENT = [None]  # the batch trace whose rule is running
+
+
+class BatchTrace(Trace):
+    __slots__ = ("size",)
+    batched = True
+
+    def __init__(self, level, size):
+        super().__init__(level)
+        self.tape = _NoTape()
+        self.size = size
+        self.guard = _never   # non-None: bind's rare path, which checks ``batched``
+
+    def process(self, prim, vals, parents, params):
+        if not self.alive:
+            raise LeakedTracerError(prim.name)
+        top = _depth[0]
+        if top > self.level and any(l not in _OPEN_BATCH_LEVELS for l in range(self.level + 1, top + 1)):
+            raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function differentiates "
+                            f"batched values ({prim.name})")
+        batched = [False] * len(vals)
+        for position, _ in parents:
+            batched[position] = True
+        rule = prim.batch if prim.batch is not None else RULES.get(prim)
+        previous, _CURRENT[0] = _CURRENT[0], self
+        try:
+            out = NotImplemented if rule is None else rule(prim, vals, batched, params, self.size)
+        finally:
+            _CURRENT[0] = previous
+        if out is NotImplemented:
+            if any(type(v) is Tracer and v._trace is self for v in params.values()):
+                raise NeedsLoop(f"{prim.name} with a batched parameter")
+            _warn_loop(prim.name, self.size)
+            out = _loop(prim, vals, batched, params, self.size)
+        if prim.multiple_results:
+            return tuple(_wrap(o, self) for o in out)
+        return _wrap(out, self)
+
+
+def _wrap(value, trace):
+    t = object.__new__(Tracer)
+    t.value = value
+    t._trace = trace
+    t.index = 0
+    return t
+
+
+def _warn_loop(name, size):
+    warnings.warn(f"vmap: no batching rule for {name}; it runs once per example "
+                  f"(a Python loop over {size})", stacklevel=4)
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+def _shape(x):
+    t = type(x)
+    return x.shape if t is Tracer or t is np.ndarray else np.shape(x)
+
+
+def _ndim(x):
+    return len(_shape(x))
+
+
+def _prims():
+    from ..primitives import contractions as C
+    from ..primitives import elementwise as E
+    from ..primitives import reductions as R
+    from ..primitives import shape as S
+    return C, E, R, S
+
+
+def _take(x, i, is_batched):
+    if not is_batched:
+        return x
+    if type(x) is Tracer:
+        return _prims()[3].getitem(x, index=i)
+    return x[i]
+
+
+def _stack(outs):
+    S = _prims()[3]
+    return S.stack(*outs, axis=0)
+
+
+def _loop(prim, vals, batched, params, size):
+    outs = [prim(*[_take(v, i, b) for v, b in zip(vals, batched)], **params) for i in range(size)]
+    if prim.multiple_results:
+        return tuple(_stack([o[k] for o in outs]) for k in range(len(outs[0])))
+    return _stack(outs)
+
+
+def _pad_rank(x, rank):
+    """A batched ``x`` (batch on axis 0) with ones inserted after the batch up to ``rank`` example dims."""
+    shape = _shape(x)
+    missing = rank - (len(shape) - 1)
+    if missing <= 0:
+        return x
+    return _prims()[3].reshape(x, shape=shape[:1] + (1,) * missing + tuple(shape[1:]))
+
+
+def _broadcast_batch(x, size):
+    """An unbatched ``x`` as a batched value (a broadcast view; copies happen only where written)."""
+    S = _prims()[3]
+    return S.broadcast_to(x, shape=(size,) + tuple(_shape(x)))
+
+
+def _axis(axis, nd):
+    """Shift a per-example axis (int, tuple or None = all) past the batch axis."""
+    if axis is None:
+        return tuple(range(1, nd + 1))
+    if isinstance(axis, (tuple, list)):
+        return tuple(a % nd + 1 for a in axis)
+    return axis % nd + 1
+
+
+# --- rules ---------------------------------------------------------------------------------------
+def elementwise_rule(prim, vals, batched, params, size):
+    rank = max((_ndim(v) - b for v, b in zip(vals, batched) if v is not None), default=0)
+    new = [_pad_rank(v, rank) if b else v for v, b in zip(vals, batched)]
+    return prim(*new, **params)
+
+
+def reduction_rule(prim, vals, batched, params, size):
+    (x,) = vals
+    nd = _ndim(x) - 1
+    p = dict(params)
+    if "axis" in p or prim.name in ("sum", "max", "min", "prod"):
+        p["axis"] = _axis(p.get("axis"), nd)
+    return prim(x, **p)
+
+
+def scan_rule(prim, vals, batched, params, size):
+    (x,) = vals
+    if params.get("axis") is None:
+        return NotImplemented
+    return prim(x, axis=params["axis"] % (_ndim(x) - 1) + 1)
+
+
+def axis_rule(prim, vals, batched, params, size):
+    """Operations along one axis (softmax, log_softmax, logsumexp, flip): shift it; None -> all."""
+    if prim.name.startswith("nn.") and params.get("axis") is None:
+        return NotImplemented
+    x = vals[0]
+    new = [x] + [_broadcast_batch(v, size) if (v is not None and not b and i) else v
+                 for i, (v, b) in enumerate(zip(vals[1:], batched[1:]), 1)]
+    p = dict(params)
+    p["axis"] = _axis(params.get("axis"), _ndim(x) - 1)
+    return prim(*new, **p)
+
+
+def reshape_rule(prim, vals, batched, params, size):
+    shape = params["shape"]
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return prim(vals[0], shape=(size,) + shape)
+
+
+def transpose_rule(prim, vals, batched, params, size):
+    x = vals[0]
+    nd = _ndim(x) - 1
+    axes = params.get("axes")
+    axes = tuple(range(nd, 0, -1)) if axes is None else tuple(a % nd + 1 for a in axes)
+    return prim(x, axes=(0,) + axes)
+
+
+def broadcast_to_rule(prim, vals, batched, params, size):
+    shape = tuple(params["shape"]) if not isinstance(params["shape"], (int, np.integer)) else (params["shape"],)
+    return prim(_pad_rank(vals[0], len(shape)), shape=(size,) + shape)
+
+
+def unary_rule(prim, vals, batched, params, size):
+    return prim(*vals, **params)
+
+
+def join_rule(prim, vals, batched, params, size):
+    """concatenate / stack: unbatched operands are broadcast along the batch first."""
+    new = [v if b else _broadcast_batch(v, size) for v, b in zip(vals, batched)]
+    nd = _ndim(new[0]) - 1
+    axis = params.get("axis", 0)
+    axis = axis % (nd + 1) + 1 if prim.name == "stack" else axis % nd + 1
+    return prim(*new, axis=axis)
+
+
+def _advanced(i):
+    return isinstance(i, (np.ndarray, list)) or (type(i) is Tracer)
+
+
+def _batched_index(index):
+    """``(slice(None),) + index``, or None where NumPy would move the advanced-index axes to the
+    front (advanced indices separated by a slice): then the batch axis would not stay first."""
+    if type(index) is not tuple:
+        index = (index,)
+    positions = [k for k, i in enumerate(index) if _advanced(i) or isinstance(i, (int, np.integer))]
+    if any(_advanced(index[k]) for k in positions) and positions and \
+            positions[-1] - positions[0] + 1 != len(positions):
+        return None
+    return (slice(None),) + index
+
+
+def _index_tracers(index):
+    return [i for i in (index if type(index) is tuple else (index,)) if type(i) is Tracer]
+
+
+def _gather_index(index, size):
+    """``x[idx, ...]`` with ``idx`` batched like ``x`` (one row of indices per example): the index
+    into the batched ``x`` that picks example b's indices from example b (take_along_axis-like)."""
+    parts = index if type(index) is tuple else (index,)
+    trace = _CURRENT[0]
+    for p in parts:
+        if type(p) is Tracer and (p._trace is not trace or np.asarray(p.value).dtype == bool):
+            raise NeedsLoop("indexing with a batched boolean mask (its size differs per example)"
+                            if type(p) is Tracer and p._trace is trace else "indexing with indices batched elsewhere")
+    every_advanced = all(type(p) is Tracer or isinstance(p, (np.ndarray, list, int, np.integer)) for p in parts)
+    leading = type(parts[0]) is Tracer and all(p is Ellipsis or type(p) is slice for p in parts[1:])
+    if not (every_advanced or leading):
+        raise NeedsLoop("indexing with batched indices mixed with slices (other than x[idx, :, ...])")
+    rank = max(np.ndim(p.value) - 1 if type(p) is Tracer else np.ndim(p)
+               for p in parts if p is not Ellipsis and type(p) is not slice)
+    new = tuple(_pad_rank(p.value, rank) if type(p) is Tracer else p for p in parts)
+    rows = np.arange(size).reshape((size,) + (1,) * rank)
+    return (rows,) + new
+
+
+def getitem_rule(prim, vals, batched, params, size):
+    if _index_tracers(params["index"]):
+        index = _gather_index(params["index"], size)
+        x = vals[0] if batched[0] else _broadcast_batch(vals[0], size)
+        return prim(x, index=index)
+    index = _batched_index(params["index"])
+    if index is None:
+        return NotImplemented
+    return prim(vals[0], index=index)
+
+
+def index_add_rule(prim, vals, batched, params, size):
+    base, values = vals
+    if _index_tracers(params["index"]):
+        return NotImplemented
+    index = _batched_index(params["index"])
+    if index is None:
+        return NotImplemented
+    if not batched[0]:
+        base = _broadcast_batch(base, size)
+    if batched[1]:
+        target = np.zeros(tuple(_shape(base))[1:], bool)[params["index"]].shape
+        values = _pad_rank(values, len(target))
+    return prim(base, values, index=index)
+
+
+def roll_rule(prim, vals, batched, params, size):
+    if params.get("axis") is None:
+        return NotImplemented
+    return prim(vals[0], shift=params["shift"], axis=_axis(params["axis"], _ndim(vals[0]) - 1))
+
+
+def diagonal_rule(prim, vals, batched, params, size):
+    nd = _ndim(vals[0]) - 1
+    return prim(vals[0], offset=params.get("offset", 0), axis1=params.get("axis1", 0) % nd + 1,
+                axis2=params.get("axis2", 1) % nd + 1)
+
+
+def diagonal_embed_rule(prim, vals, batched, params, size):
+    shape = tuple(params["shape"])
+    nd = len(shape)
+    return prim(vals[0], shape=(size,) + shape, offset=params.get("offset", 0),
+                axis1=params.get("axis1", 0) % nd + 1, axis2=params.get("axis2", 1) % nd + 1)
+
+
+def pad_rule(prim, vals, batched, params, size):
+    p = dict(params)
+    p["pad_width"] = ((0, 0),) + tuple(tuple(w) for w in params["pad_width"])
+    return prim(vals[0], **p)
+
+
+# contractions: everything becomes one einsum with a batch letter
+def _fresh(used):
+    for c in string.ascii_letters:
+        if c not in used:
+            return c
+    raise NeedsLoop("einsum with every letter in use")
+
+
+def _einsum_batched(operands, batched, inputs, output):
+    C = _prims()[0]
+    letter = _fresh(set("".join(inputs) + output))
+    subs = [letter + s if b else s for s, b in zip(inputs, batched)]
+    return C.einsum(*operands, subscripts=",".join(subs) + "->" + letter + output)
+
+
+def einsum_rule(prim, vals, batched, params, size):
+    subscripts = params["subscripts"].replace(" ", "")
+    if "..." in subscripts or "->" not in subscripts:
+        return NotImplemented
+    inputs, output = subscripts.split("->")
+    return _einsum_batched(vals, batched, inputs.split(","), output)
+
+
+def dot_rule(prim, vals, batched, params, size):
+    a, b = vals
+    na, nb = _ndim(a) - batched[0], _ndim(b) - batched[1]
+    if na == 0 or nb == 0:
+        return elementwise_rule(_prims()[1].multiply, vals, batched, {}, size)
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    sa = [next(letters) for _ in range(na)]
+    k = sa[-1]
+    if nb == 1:
+        sb = [k]
+    else:
+        sb = [next(letters) for _ in range(nb - 2)] + [k, next(letters)]
+    out = sa[:-1] + [c for c in sb if c != k]
+    return _einsum_batched(vals, batched, ["".join(sa), "".join(sb)], "".join(out))
+
+
+def tensordot_rule(prim, vals, batched, params, size):
+    C = _prims()[0]
+    a, b = vals
+    na, nb = _ndim(a) - batched[0], _ndim(b) - batched[1]
+    axes_a, axes_b = C._tensordot_axes(params.get("axes", 2), na, nb)
+    letters = iter(string.ascii_letters)
+    sa = [next(letters) for _ in range(na)]
+    sb = [None] * nb
+    for i, j in zip(axes_a, axes_b):
+        sb[j] = sa[i]
+    sb = [c if c is not None else next(letters) for c in sb]
+    out = [c for i, c in enumerate(sa) if i not in axes_a] + [c for j, c in enumerate(sb) if j not in axes_b]
+    return _einsum_batched(vals, batched, ["".join(sa), "".join(sb)], "".join(out))
+
+
+def outer_rule(prim, vals, batched, params, size):
+    S = _prims()[3]
+    flat = [S.reshape(v, shape=(size, -1)) if b else S.reshape(v, shape=(-1,)) for v, b in zip(vals, batched)]
+    return _einsum_batched(flat, batched, ["i", "j"], "ij")
+
+
+def matmul_rule(prim, vals, batched, params, size):
+    S = _prims()[3]
+    a, b = vals
+    ba, bb = batched
+    na, nb = _ndim(a) - ba, _ndim(b) - bb
+    if na == 1 and nb == 1:
+        return _einsum_batched(vals, batched, ["i", "i"], "")
+    squeeze_a = squeeze_b = False
+    if na == 1:
+        sh = _shape(a)
+        a = S.reshape(a, shape=sh[:-1] + (1, sh[-1]))
+        na, squeeze_a = 2, True
+    if nb == 1:
+        sh = _shape(b)
+        b = S.reshape(b, shape=sh + (1,))
+        nb, squeeze_b = 2, True
+    rank = max(na, nb)
+    if ba:
+        a = _pad_rank(a, rank)
+    if bb:
+        b = _pad_rank(b, rank)
+    out = prim(a, b)
+    sh = tuple(_shape(out))
+    if squeeze_b:
+        sh = sh[:-1]
+    if squeeze_a:
+        sh = sh[:-2] + sh[-1:] if not squeeze_b else sh[:-1]
+    if squeeze_a or squeeze_b:
+        out = S.reshape(out, shape=sh)
+    return out
+
+
+RULES = {}
+
+
+def _register():
+    from ..primitives import contractions as C
+    from ..primitives import elementwise as E
+    from ..primitives import reductions as R
+    from ..primitives import shape as S
+    from ..primitives._table import PRIMITIVES
+    for prim in list(PRIMITIVES.values()):
+        if isinstance(prim.impl, np.ufunc):
+            RULES[prim] = elementwise_rule
+    RULES.update({
+        E.where: elementwise_rule, E.clip: elementwise_rule,
+        R.sum_: reduction_rule, R.max_: reduction_rule, R.min_: reduction_rule, R.prod: reduction_rule,
+        R.cumsum: scan_rule, R.cumprod: scan_rule,
+        S.reshape: reshape_rule, S.transpose: transpose_rule, S.broadcast_to: broadcast_to_rule,
+        S.astype: unary_rule, S.concatenate: join_rule, S.stack: join_rule,
+        S.getitem: getitem_rule, S.index_add: index_add_rule,
+        S.flip: axis_rule, S.roll: roll_rule, S.diagonal: diagonal_rule,
+        S.diagonal_embed: diagonal_embed_rule, S.pad_constant: pad_rule,
+        C.matmul: matmul_rule, C.dot: dot_rule, C.tensordot: tensordot_rule, C.outer: outer_rule,
+        C.einsum: einsum_rule,
+    })
+    try:
+        from ..primitives import nn as N
+    except ImportError:  # pragma: no cover
+        return
+    for name in ("sigmoid", "log_sigmoid", "softplus", "silu", "relu", "erf", "gelu", "gelu_tanh"):
+        p = getattr(N, name, None)
+        if p is not None:
+            RULES[p] = elementwise_rule
+    for name in ("softmax", "log_softmax"):
+        p = getattr(N, name, None)
+        if p is not None:
+            RULES[p] = axis_rule
+
+
+# --- functions without a derivative (comparisons, argmax, floor, ...) ---------------------------
+_ELEMENTWISE_PLAIN = {operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
+                      operator.floordiv}
+
+
+def _batch_level(x):
+    """The highest batch trace in ``x``'s chain of tracers, or None."""
+    while type(x) is Tracer:
+        if x._trace.batched:
+            return x._trace
+        x = x.value
+    return None
+
+
+def _at_level(x, trace):
+    """``x`` with the tracers above ``trace`` stripped (they carry no gradient here): its value
+    under ``trace`` (batched) or ``x`` itself (unbatched at that level)."""
+    y = x
+    while type(y) is Tracer:
+        if y._trace is trace:
+            return y.value, True
+        if y._trace.batched and y._trace.level < trace.level:
+            break
+        y = y.value
+    return y, False
+
+
+def _nondiff_batched(call, fn, args, kwargs):
+    """A function without a derivative on batched values (``nondiff``'s hook while vmap runs)."""
+    traces = [t for t in (_batch_level(a) for a in list(args) + list(kwargs.values())) if t is not None]
+    if not traces:
+        return None
+    trace = max(traces, key=lambda t: t.level)
+    if not trace.alive:
+        raise LeakedTracerError(getattr(fn, "__name__", "a function"))
+    pairs = [_at_level(a, trace) for a in args]
+    kw_pairs = {k: _at_level(v, trace) for k, v in kwargs.items()}
+    size = trace.size
+    if (isinstance(fn, np.ufunc) or fn in _ELEMENTWISE_PLAIN) and not any(b for _, b in kw_pairs.values()):
+        rank = max((_ndim(v) - b for v, b in pairs), default=0)
+        new = [_pad_rank(v, rank) if b else v for v, b in pairs]
+        out = call(*new, **{k: v for k, (v, _) in kw_pairs.items()})
+    else:
+        outs = []
+        for i in range(size):
+            outs.append(call(*[_take(v, i, b) for v, b in pairs],
+                             **{k: _take(v, i, b) for k, (v, b) in kw_pairs.items()}))
+        if isinstance(outs[0], tuple):  # nonzero, where(c): a tuple of index arrays per example
+            raise NeedsLoop(f"{getattr(fn, '__name__', 'a function')} returns a tuple whose sizes depend on the values")
+        if any(np.shape(o) != np.shape(outs[0]) for o in outs if type(o) is not Tracer):
+            raise NeedsLoop(f"{getattr(fn, '__name__', 'a function')} returns arrays of different shapes per example")
+        out = _stack(outs)
+    return _wrap(out, trace)
+
+
+def concrete(x):
+    """``x``'s plain value for Python (bool, float, int, item); refused when it is batched."""
+    while type(x) is Tracer:
+        if x._trace.batched:
+            raise NeedsLoop("a batched value is used as a Python value (if/while, float(), int(), .item())")
+        x = x.value
+    return x
+
+
+# --- vmap ----------------------------------------------------------------------------------------
+def _axis_at(axes, path, what):
+    """The axis for the leaf at ``path`` in a pytree of axes; an int or None covers a whole subtree."""
+    for key in path:
+        if axes is None or isinstance(axes, (int, np.integer)):
+            return axes
+        try:
+            axes = axes[key] if isinstance(axes, dict) or isinstance(key, int) else getattr(axes, key)
+        except (KeyError, IndexError, AttributeError, TypeError):
+            raise ValueError(f"vmap: {what} {axes!r} does not match the value's structure at {key!r}") from None
+    if axes is not None and not isinstance(axes, (int, np.integer)):
+        raise ValueError(f"vmap: {what} must be an int, None, or a pytree of them matching the value, got {axes!r}")
+    return axes
+
+
+def _axes_for(axes, arg, what):
+    """Per-leaf axes for one argument: an int/None for all its leaves, or a matching pytree."""
+    pairs, treedef = tree.flatten_with_paths(arg)
+    return [leaf for _, leaf in pairs], [_axis_at(axes, path, what) for path, _ in pairs], treedef
+
+
+def _move(x, source, dest):
+    if source == dest:
+        return x
+    if type(x) is not Tracer:
+        x = np.asarray(x)
+    order = list(range(len(_shape(x))))
+    order.insert(dest, order.pop(source))
+    return _prims()[3].transpose(x, axes=tuple(order))
+
+
+def vmap(f, in_axes=0, out_axes=0):
+    """Vectorize ``f`` over an axis of its arguments: ``vmap(f)(xs)[i] == f(xs[i])``.
+
+    ``in_axes``: an int (the batch axis of every argument), None (broadcast: the same value for
+    every example), or a tuple with one entry per positional argument, each an int, None or a pytree
+    of them matching the argument. Negative axes count from the end. ``out_axes``: where the batch
+    axis goes in each output leaf (an int, or a pytree matching the output).
+    """
+
+    @functools.wraps(f)
+    def vmapped(*args):
+        if isinstance(in_axes, (tuple, list)):
+            if len(in_axes) != len(args):
+                raise ValueError(f"vmap: in_axes has {len(in_axes)} entries for {len(args)} arguments")
+            per_arg = list(in_axes)
+        else:
+            per_arg = [in_axes] * len(args)
+        flat = []
+        size = None
+        for n, (arg, axes) in enumerate(zip(args, per_arg)):
+            leaves, axs, treedef = _axes_for(axes, arg, f"in_axes[{n}]")
+            fixed = []
+            for leaf, ax in zip(leaves, axs):
+                if ax is not None:
+                    shape = _shape(leaf)
+                    if not shape:
+                        raise ValueError(f"vmap: argument {n} has a scalar leaf, which has no axis {ax}")
+                    ax = ax % len(shape)
+                    if size is None:
+                        size = shape[ax]
+                    elif shape[ax] != size:
+                        raise ValueError(f"vmap: inconsistent batch sizes {size} and {shape[ax]} "
+                                         f"(argument {n}, axis {ax})")
+                fixed.append(ax)
+            flat.append((leaves, fixed, treedef))
+        if size is None:
+            raise ValueError("vmap: no argument has a batch axis (in_axes are all None)")
+        try:
+            return _run_batched(f, flat, size, out_axes)
+        except NeedsLoop as e:
+            warnings.warn(f"vmap: {e}; running {getattr(f, '__name__', 'f')} once per example "
+                          f"(a Python loop over {size})", stacklevel=2)
+            return _run_loop(f, flat, size, out_axes)
+
+    return vmapped
+
+
+def _run_batched(f, flat, size, out_axes):
+    _depth[0] += 1
+    trace = BatchTrace(_depth[0], size)
+    _OPEN_BATCH_LEVELS.add(trace.level)
+    hook = _table.BATCHING
+    previous = hook[0]
+    hook[0] = _nondiff_batched
+    try:
+        args = []
+        for leaves, axes, treedef in flat:
+            wrapped = [leaf if ax is None else _wrap(_move(leaf, ax, 0), trace) for leaf, ax in zip(leaves, axes)]
+            args.append(tree.unflatten(treedef, wrapped))
+        out = f(*args)
+    finally:
+        hook[0] = previous
+        _OPEN_BATCH_LEVELS.discard(trace.level)
+        close_trace(trace)
+    return _finish(out, trace, size, out_axes)
+
+
+def _finish(out, trace, size, out_axes):
+    leaves, axes, treedef = _axes_for(out_axes, out, "out_axes")
+    result = []
+    for leaf, ax in zip(leaves, axes):
+        if type(leaf) is Tracer and leaf._trace is trace:
+            value = leaf.value
+        else:
+            if ax is None:
+                result.append(leaf)
+                continue
+            value = _broadcast_batch(leaf, size) if type(leaf) is Tracer else \
+                np.broadcast_to(leaf, (size,) + np.shape(leaf)).copy()
+        if ax is None:
+            raise ValueError("vmap: out_axes is None for an output that depends on the batch")
+        result.append(_move(value, 0, ax % _ndim(value)))
+    return tree.unflatten(treedef, result)
+
+
+def _run_loop(f, flat, size, out_axes):
+    outs = []
+    for i in range(size):
+        args = []
+        for leaves, axes, treedef in flat:
+            args.append(tree.unflatten(treedef, [leaf if ax is None else _index_axis(leaf, ax, i)
+                                                 for leaf, ax in zip(leaves, axes)]))
+        outs.append(tree.flatten(f(*args)))
+    treedef = outs[0][1]
+    n = len(outs[0][0])
+    axes = _axes_for(out_axes, tree.unflatten(treedef, outs[0][0]), "out_axes")[1]
+    result = []
+    for k in range(n):
+        pieces = [o[0][k] for o in outs]
+        if axes[k] is None:
+            result.append(pieces[0])
+            continue
+        if any(type(p) is Tracer for p in pieces):
+            from .. import numpy as wnp
+            stacked = wnp.stack(pieces)
+        else:
+            stacked = np.stack([np.asarray(p) for p in pieces])
+        result.append(_move(stacked, 0, axes[k] % np.ndim(stacked) if type(stacked) is not Tracer
+                            else axes[k] % stacked.ndim))
+    return tree.unflatten(treedef, result)
+
+
+def _index_axis(x, axis, i):
+    index = (slice(None),) * axis + (i,)
+    return x[index]
+
+
+_register()

@@ -1,0 +1,201 @@
+"""vmap: every row of the gradient table vmapped against an explicit loop, axes handling, nesting,
+composition with grad both ways, the per-example fallback and its warnings."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import wengert as wg
+import wengert.numpy as wnp
+
+from test_numpy_grads import CASE_IDS, CASES, Arg, rng_for
+
+# rows that cannot be batched at all: the result's size depends on the values of one example
+RAGGED = {"x[x > 0]"}
+
+
+def _examples(name, count=3):
+    fn, specs = CASES[name]
+    rng = rng_for(name)
+    ex = [[s.draw(rng) if isinstance(s, Arg) else s for s in specs] for _ in range(count)]
+    batched = [isinstance(s, Arg) for s in specs]
+    args = [np.stack([e[i] for e in ex]) if b else specs[i] for i, b in enumerate(batched)]
+    axes = tuple(0 if b else None for b in batched)
+    return fn, ex, args, axes
+
+
+def assert_batched_equals_loop(out, refs):
+    leaves, treedef = wg.tree.flatten(out)
+    ref_leaves = [wg.tree.flatten(r)[0] for r in refs]
+    assert treedef == wg.tree.flatten(refs[0])[1]
+    for k, leaf in enumerate(leaves):
+        expected = np.stack([np.asarray(r[k]) for r in ref_leaves])
+        assert np.shape(leaf) == expected.shape
+        np.testing.assert_allclose(leaf, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", [n for n in CASE_IDS if n not in RAGGED])
+def test_vmap_of_every_table_row_equals_a_loop(name):
+    fn, ex, args, axes = _examples(name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = wg.vmap(fn, in_axes=axes)(*args)
+    assert_batched_equals_loop(out, [fn(*e) for e in ex])
+    # only flat roll (axis=None) lacks a batching rule among the table's functions
+    assert not caught or name == "roll flat", [str(w.message) for w in caught]
+
+
+def test_ragged_result_is_an_error_not_a_wrong_answer():
+    x = np.array([[1.0, -1.0], [1.0, 1.0]])
+    with pytest.raises(ValueError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        wg.vmap(lambda x: x[x > 0])(x)
+
+
+def test_in_axes_none_negative_and_pytrees():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4))      # batch on axis -1 (size 4)
+    p = {"w": rng.standard_normal(3), "b": rng.standard_normal((4, 2))}   # b batched on axis 0
+    c = rng.standard_normal(3)
+
+    def f(x, p, c):
+        return {"y": wnp.sum(x * p["w"] * c) + p["b"], "z": x * 2}
+
+    out = wg.vmap(f, in_axes=(-1, {"w": None, "b": 0}, None), out_axes={"y": 0, "z": 1})(x, p, c)
+    for i in range(4):
+        ref = f(x[:, i], {"w": p["w"], "b": p["b"][i]}, c)
+        np.testing.assert_allclose(out["y"][i], ref["y"])
+        np.testing.assert_allclose(out["z"][:, i], ref["z"])
+
+
+def test_unbatched_output_is_broadcast_and_errors_are_clear():
+    out = wg.vmap(lambda x, y: y * 2, in_axes=(0, None))(np.ones((3, 2)), np.arange(2.0))
+    np.testing.assert_array_equal(out, np.tile([0.0, 2.0], (3, 1)))
+    with pytest.raises(ValueError, match="inconsistent batch sizes"):
+        wg.vmap(lambda a, b: a + b)(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match="no argument"):
+        wg.vmap(lambda a: a, in_axes=None)(np.ones(3))
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3, 2)), ((2, 3), (3,)), ((3,), (3,)), ((2, 3), (3, 4)),
+                                    ((5, 2, 3), (3, 4)), ((2, 3), (5, 3, 4))])
+@pytest.mark.parametrize("batched", [(True, True), (True, False), (False, True)])
+def test_matmul_dot_and_friends_all_rank_combinations(shapes, batched):
+    rng = np.random.default_rng(1)
+    sa, sb = shapes
+    a = rng.standard_normal(((4,) if batched[0] else ()) + sa)
+    b = rng.standard_normal(((4,) if batched[1] else ()) + sb)
+    axes = tuple(0 if x else None for x in batched)
+    fns = [lambda a, b: a @ b, lambda a, b: wnp.matmul(a, b)]
+    if len(sb) <= 2 or len(sa) == 1:
+        fns.append(lambda a, b: wnp.dot(a, b))
+    if sa[-1] == sb[0]:
+        fns.append(lambda a, b: wnp.tensordot(a, b, axes=1))
+    fns.append(lambda a, b: wnp.outer(a, b))
+    for fn in fns:
+        out = wg.vmap(fn, in_axes=axes)(a, b)
+        refs = [fn(a[i] if batched[0] else a, b[i] if batched[1] else b) for i in range(4)]
+        assert_batched_equals_loop(out, refs)
+
+
+def test_nested_vmap_is_the_seed_cosine_similarity():
+    rng = np.random.default_rng(2)
+    a, b = rng.random((6, 4, 3)), rng.random((6, 5, 3))
+
+    def cosinesim(u, v):
+        return wnp.dot(u, v) / (wnp.sqrt(wnp.sum(u ** 2)) * wnp.sqrt(wnp.sum(v ** 2)))
+
+    S = wg.vmap(wg.vmap(wg.vmap(cosinesim, in_axes=(1, None)), in_axes=(None, 1), out_axes=1),
+                in_axes=(2, 2), out_axes=2)(b, a)
+    ref = np.array([[[cosinesim(b[:, i, k], a[:, j, k]) for k in range(3)] for j in range(4)]
+                    for i in range(5)])
+    np.testing.assert_allclose(S, ref, rtol=1e-12)
+
+
+def _loss(p, x, y):
+    return (wnp.tanh(wnp.dot(x, p["w"])) + p["b"] - y) ** 2
+
+
+def test_per_example_gradients_vmap_of_grad():
+    rng = np.random.default_rng(3)
+    p = {"w": rng.standard_normal(3), "b": np.float64(0.1)}
+    xs, ys = rng.standard_normal((6, 3)), rng.standard_normal(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per = wg.vmap(wg.grad(_loss), in_axes=(None, 0, 0))(p, xs, ys)
+    for i in range(6):
+        ref = wg.grad(_loss)(p, xs[i], ys[i])
+        np.testing.assert_allclose(per["w"][i], ref["w"], rtol=1e-12)
+        np.testing.assert_allclose(per["b"][i], ref["b"], rtol=1e-12)
+
+
+def test_grad_of_vmap_is_one_batched_tape_and_matches_the_loop():
+    rng = np.random.default_rng(4)
+    p = {"w": rng.standard_normal(3), "b": np.float64(0.1)}
+    xs, ys = rng.standard_normal((6, 3)), rng.standard_normal(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the batched path records on the outer tape
+        g = wg.grad(lambda p: wnp.sum(wg.vmap(_loss, in_axes=(None, 0, 0))(p, xs, ys)))(p)
+    ref = wg.grad(lambda p: sum(_loss(p, xs[i], ys[i]) for i in range(6)))(p)
+    np.testing.assert_allclose(g["w"], ref["w"], rtol=1e-12)
+    np.testing.assert_allclose(g["b"], ref["b"], rtol=1e-12)
+    wg.check_grads(lambda p: wnp.sum(wg.vmap(_loss, in_axes=(None, 0, 0))(p, xs, ys)), (p,), order=2)
+
+
+def test_jvp_of_vmap_and_vmap_of_jvp():
+    rng = np.random.default_rng(5)
+    xs, ts = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    f = lambda x: wnp.sin(x) * wnp.sum(x ** 2)
+    _, t1 = wg.jvp(wg.vmap(f), (xs,), (ts,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t2 = wg.vmap(lambda x, t: wg.jvp(f, (x,), (t,))[1])(xs, ts)
+    ref = np.stack([wg.jvp(f, (xs[i],), (ts[i],))[1] for i in range(4)])
+    np.testing.assert_allclose(t1, ref, rtol=1e-12)
+    np.testing.assert_allclose(t2, ref, rtol=1e-12)
+
+
+def test_primitive_without_rule_loops_with_a_warning_naming_it():
+    x = np.random.default_rng(6).standard_normal((3, 2, 2)) + 3 * np.eye(2)
+    with pytest.warns(UserWarning, match="no batching rule for .*inv"):
+        out = wg.vmap(wnp.linalg.inv)(x)
+    np.testing.assert_allclose(out, np.linalg.inv(x))
+
+
+def test_python_control_flow_on_batched_values_falls_back_to_a_loop():
+    def f(x):
+        if wnp.sum(x) > 0:
+            return x * 2
+        return -x
+    x = np.array([[1.0, 2.0], [-3.0, 1.0]])
+    with pytest.warns(UserWarning, match="once per example"):
+        out = wg.vmap(f)(x)
+    np.testing.assert_array_equal(out, [[2.0, 4.0], [3.0, -1.0]])
+
+
+def test_batched_indices_and_comparisons():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, 4, 3))
+    i, j = rng.integers(0, 4, (5, 2)), rng.integers(0, 3, (5, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(wg.vmap(lambda x, i, j: x[i, j])(x, i, j),
+                                      [x[k][i[k], j[k]] for k in range(5)])
+        np.testing.assert_array_equal(wg.vmap(lambda x, i: x[i])(x, i), [x[k][i[k]] for k in range(5)])
+        np.testing.assert_array_equal(wg.vmap(lambda x: x[wnp.argmax(x[:, 0])])(x),
+                                      [x[k][np.argmax(x[k][:, 0])] for k in range(5)])
+        np.testing.assert_array_equal(wg.vmap(lambda x: wnp.where(x > 0, x, 0.0))(x), np.maximum(x, 0))
+    g = wg.grad(lambda x: wnp.sum(wg.vmap(lambda x, i: x[i] ** 2)(x, i)))(x)
+    ref = np.zeros_like(x)
+    for k in range(5):
+        np.add.at(ref[k], i[k], 2 * x[k][i[k]])
+    np.testing.assert_allclose(g, ref)
+
+
+def test_leaked_batch_tracer_is_refused():
+    leaked = []
+    wg.vmap(lambda x: leaked.append(x) or x)(np.ones((2, 3)))
+    with pytest.raises(wg.LeakedTracerError):
+        leaked[0] * 2
