@@ -109,7 +109,10 @@ def where(condition, x=_NO_VALUE, y=_NO_VALUE, /):
     if x is _NO_VALUE and y is _NO_VALUE:
         return np.where(unbox_all(condition))
     if type(x) is not Tracer and type(y) is not Tracer:
-        return np.where(unbox_all(condition), x, y)
+        condition = unbox_all(condition)
+        if type(condition) is Tracer:  # batched by vmap
+            return E.where(condition, x, y)
+        return np.where(condition, x, y)
     return E.where(unbox_all(condition), x, y)
 
 
@@ -280,7 +283,9 @@ def einsum(*operands, out=None, optimize=False, dtype=None, order="K", casting="
     if not isinstance(operands[0], str):
         raise NotImplementedError("wengert.numpy.einsum: use the subscripts-string form, e.g. einsum('ij,jk->ik', a, b)")
     arrays = [_as_traced_operand(op) for op in operands[1:]]
-    inputs, output, _ = opt_einsum.parser.parse_einsum_input([operands[0]] + [unbox(a) for a in arrays])
+    # shapes only (a traced value's own shape: one example's under vmap)
+    shaped = [np.broadcast_to(np.zeros((), unbox(a).dtype), a.shape) if type(a) is Tracer else a for a in arrays]
+    inputs, output, _ = opt_einsum.parser.parse_einsum_input([operands[0]] + shaped)
     return C.einsum(*arrays, subscripts=f"{inputs}->{output}")
 
 
@@ -645,7 +650,9 @@ def take(a, indices, axis=None, out=None, mode=None):
 
 @traceable(np.take_along_axis)
 def take_along_axis(arr, indices, axis=-1):
-    indices = np.asarray(unbox_all(indices))
+    indices = unbox_all(indices)
+    if type(indices) is not Tracer:  # a Tracer here: indices batched by vmap
+        indices = np.asarray(indices)
     if axis is None:
         return ravel(arr)[indices]
     nd = _ndim(arr)
@@ -663,7 +670,7 @@ def take_along_axis(arr, indices, axis=-1):
 def sort(a, axis=-1, kind=None, order=None, *, stable=None):
     if axis is None:
         a, axis = ravel(a), -1
-    return take_along_axis(a, np.argsort(unbox(a), axis=axis, kind=kind, stable=stable), axis=axis)
+    return take_along_axis(a, np.argsort(unbox_all(a), axis=axis, kind=kind, stable=stable), axis=axis)
 
 
 @traceable(np.copy)

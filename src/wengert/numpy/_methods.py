@@ -16,7 +16,7 @@ from ..core.trace import Tracer, bind, unbox
 from ..core.trace import _new
 from ..primitives import elementwise as E
 from ..primitives import shape as S
-from ..primitives._table import unbox_all
+from ..primitives._table import nondiff, unbox_all
 
 UFUNCS = {}
 FUNCTIONS = {}
@@ -41,7 +41,7 @@ def _clean_index(index):
     if type(index) is tuple:
         return tuple(_clean_index(i) for i in index)
     if type(index) is Tracer:
-        return unbox(index)
+        return unbox_all(index)  # a plain array, or the index batched by vmap
     if type(index) is list:
         return np.asarray(unbox_all(index))
     return index
@@ -143,13 +143,26 @@ def _array_function(self, func, types, args, kwargs):
 
 
 def _compare(op):
-    return lambda self, other: op(unbox(self), unbox(other))
+    fn = nondiff(op)  # nondiff: batched values (vmap) keep their batch axis
+    return lambda self, other: fn(self, other)
+
+
+def _shape(self):
+    value = self.value
+    t = type(value)
+    shape = value.shape if t is Tracer or t is np.ndarray else np.shape(value)
+    return shape[1:] if self._trace.batched else shape  # a vmap level: the shape of one example
+
+
+def _concrete(self):
+    from ..transforms.batching import concrete
+    return concrete(self)
 
 
 def install(wnp):
     """Attach ndarray behaviour to Tracer, calling the functions of namespace ``wnp``."""
     T = Tracer
-    T.shape = property(lambda self: np.shape(self.value) if type(self.value) is not Tracer else self.value.shape)
+    T.shape = property(_shape)
     T.ndim = property(lambda self: len(self.shape))
     T.size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
     T.dtype = property(lambda self: unbox(self).dtype if hasattr(unbox(self), "dtype") else np.asarray(unbox(self)).dtype)
@@ -170,8 +183,8 @@ def install(wnp):
     T.__rpow__ = lambda self, other: E.power(other, self)
     T.__mod__ = lambda self, other: E.remainder(self, other)
     T.__rmod__ = lambda self, other: E.remainder(other, self)
-    T.__floordiv__ = lambda self, other: np.floor_divide(unbox(self), unbox(other))
-    T.__rfloordiv__ = lambda self, other: np.floor_divide(unbox(other), unbox(self))
+    T.__floordiv__ = _compare(operator.floordiv)
+    T.__rfloordiv__ = lambda self, other: _compare(operator.floordiv)(other, self)
     T.__matmul__ = lambda self, other: wnp.matmul(self, other)
     T.__rmatmul__ = lambda self, other: wnp.matmul(other, self)
     T.__neg__ = lambda self: E.negative(self)
@@ -185,10 +198,10 @@ def install(wnp):
     T.__setitem__ = _setitem
     T.__len__ = _len
     T.__iter__ = _iter
-    T.__float__ = lambda self: float(unbox(self))
-    T.__int__ = lambda self: int(unbox(self))
-    T.__complex__ = lambda self: complex(unbox(self))
-    T.__bool__ = lambda self: bool(unbox(self))
+    T.__float__ = lambda self: float(_concrete(self))
+    T.__int__ = lambda self: int(_concrete(self))
+    T.__complex__ = lambda self: complex(_concrete(self))
+    T.__bool__ = lambda self: bool(_concrete(self))
     T.__repr__ = _repr
     T.__array__ = _array
     T.__array_ufunc__ = _array_ufunc
@@ -220,8 +233,8 @@ def install(wnp):
     T.trace = lambda self, offset=0, axis1=0, axis2=1, dtype=None, out=None: wnp.trace(self, offset, axis1, axis2, dtype, out)
     T.copy = lambda self, order="C": wnp.copy(self)
     T.conj = T.conjugate = lambda self: wnp.conj(self)
-    T.item = lambda self, *args: unbox(self).item(*args)
-    T.tolist = lambda self: unbox(self).tolist()
+    T.item = lambda self, *args: _concrete(self).item(*args)
+    T.tolist = lambda self: _concrete(self).tolist()
     for name in ("any", "all", "argmax", "argmin", "argsort", "nonzero", "round"):
         setattr(T, name, _plain_method(name))
 
@@ -230,4 +243,4 @@ def _plain_method(name):
     def method(self, *args, **kwargs):
         return getattr(unbox(self), name)(*unbox_all(args), **{k: unbox_all(v) for k, v in kwargs.items()})
     method.__name__ = name
-    return method
+    return nondiff(method)
