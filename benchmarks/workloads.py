@@ -1,0 +1,415 @@
+"""The benchmark workloads W1-W4 of docs/design (seeds 000, 001, 002), as a user writes them.
+
+Each workload has three parts:
+
+* ``*_code(np, Buffer)``: the user's code, written against a NumPy namespace ``np`` (in the
+  benchmark that is ``wengert.numpy``, ``autograd.numpy``, ``jax.numpy``, or a thin alias module for
+  torch and mygrad; see ``peers.py``). It returns a dict ``formulation -> loss function``. The same
+  source therefore runs under every library, and on plain ndarrays it is plain NumPy.
+  ``Buffer`` is the writable-array type for the seed-000 loop (``wg.Buffer`` for wengert).
+* ``*_hand(...)``: a hand-written NumPy value-and-gradient of the same math, the reference every
+  library's gradient is checked against and the speed to match.
+* ``rows(quick)``: the benchmark rows: a name, the inputs, which arguments are differentiated.
+
+Everything is float32. Losses are weighted sums with fixed random weights, because the plain sum of
+a softmax is a constant whose gradient is zero.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy
+
+F32 = numpy.float32
+
+
+def softmax_code(np):
+    def softmax(x, axis):
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+    return softmax
+
+
+# ================================================================================================
+# W1: pairwise cosine similarity, softmax over the first index (seed 000)
+#   a: (W, R, B), b: (W, N, B); S[i, j, k] = cos(b[:, i, k], a[:, j, k]); P = softmax over i
+# ================================================================================================
+def w1_code(np, Buffer=None):
+    softmax = softmax_code(np)
+
+    # -- the seed's own code: a per-(k, j, i) loop writing into a Buffer, then per-batch softmax --
+    def mynorm(x):
+        return np.sqrt(np.sum(x ** 2))
+
+    def cosinesim(u, v):
+        return np.dot(u, v) / (mynorm(u) * mynorm(v))
+
+    def _pairwise(r, a, b, K):
+        W, na, batchsize = a.shape
+        nb = b.shape[1]
+        for k in range(batchsize):
+            for j in range(na):
+                aj = a[:, j, k]
+                for i in range(nb):
+                    bi = b[:, i, k]
+                    r[i, j, k] = K(bi, aj)
+        return r
+
+    def pairwise_loop(a, b, K=cosinesim):
+        W, R, batchsize = a.shape
+        N = b.shape[1]
+        out = Buffer.zeros((N, R, batchsize), a.dtype)
+        _pairwise(out, a, b, K)
+        for k in range(batchsize):
+            out[:, :, k] = softmax(out[:, :, k], axis=0)
+        return out.freeze()
+
+    # -- the same loop for a library without mutation (autograd): build lists, then np.array ----
+    def pairwise_lists(a, b, K=cosinesim):
+        W, R, batchsize = a.shape
+        N = b.shape[1]
+        per_batch = []
+        for k in range(batchsize):
+            rk = np.array([[K(b[:, i, k], a[:, j, k]) for j in range(R)] for i in range(N)])
+            per_batch.append(softmax(rk, axis=0))
+        return np.stack(per_batch, axis=2)
+
+    # -- vectorized: whole arrays, one einsum ---------------------------------------------------
+    def pairwise_vectorized(a, b):
+        dots = np.einsum("wik,wjk->ijk", b, a)
+        na = np.sqrt(np.sum(a ** 2, axis=0))            # (R, B)
+        nb = np.sqrt(np.sum(b ** 2, axis=0))            # (N, B)
+        S = dots / (nb[:, None, :] * na[None, :, :])
+        return softmax(S, axis=0)
+
+    def vectorized(a, b, wts):
+        return np.sum(pairwise_vectorized(a, b) * wts)
+
+    def loop(a, b, wts):
+        pw = pairwise_loop if Buffer is not None else pairwise_lists
+        return np.sum(pw(a, b) * wts)
+
+    return {"vectorized": vectorized, "loop": loop}
+
+
+def w1_hand_matmul(a, b, wts):
+    """Value and gradient of sum(softmax_i(cos(b[:, i, k], a[:, j, k])) * wts), by hand.
+
+    Batch-first views and batched matmul: the faster layout for few batches (the seed size)."""
+    np = numpy
+    at = a.transpose(2, 0, 1)                       # (B, W, R)
+    bt = b.transpose(2, 1, 0)                       # (B, N, W)
+    D = np.matmul(bt, at)                           # (B, N, R)  dot products
+    na = np.sqrt(np.einsum("wjk,wjk->kj", a, a))    # (B, R)
+    nb = np.sqrt(np.einsum("wik,wik->ki", b, b))    # (B, N)
+    inv = 1 / (nb[:, :, None] * na[:, None, :])     # (B, N, R)
+    S = D * inv
+    e = np.exp(S - S.max(axis=1, keepdims=True))
+    P = e / e.sum(axis=1, keepdims=True)            # softmax over i (axis 1 here)
+    Wt = wts.transpose(2, 0, 1)
+    PW = P * Wt
+    value = PW.sum()
+    gS = PW - P * PW.sum(axis=1, keepdims=True)
+    gD = gS * inv
+    t = gS * S
+    gna = -t.sum(axis=1) / (na * na)                # (B, R): dL/dna / na
+    gnb = -t.sum(axis=2) / (nb * nb)                # (B, N)
+    ga = np.matmul(bt.transpose(0, 2, 1), gD)       # (B, W, R)
+    gb = np.matmul(at, gD.transpose(0, 2, 1))       # (B, W, N)
+    ga = ga.transpose(1, 2, 0) + a * gna.T
+    gb = gb.transpose(1, 2, 0) + b * gnb.T
+    return value, (ga, gb)
+
+
+def w1_hand_einsum(a, b, wts):
+    """The same by hand in the arrays' own layout (batch last) with einsum: the faster layout for
+    many batches, where batch-first copies of ``a`` and ``b`` would cost more than the math."""
+    np = numpy
+    D = np.einsum("wik,wjk->ijk", b, a)             # (N, R, B)
+    na = np.sqrt((a * a).sum(axis=0))               # (R, B)
+    nb = np.sqrt((b * b).sum(axis=0))               # (N, B)
+    inv = 1 / (nb[:, None, :] * na[None, :, :])
+    S = D * inv
+    e = np.exp(S - S.max(axis=0))
+    P = e / e.sum(axis=0)
+    PW = P * wts
+    value = PW.sum()
+    gS = PW - P * PW.sum(axis=0)
+    gD = gS * inv
+    t = gS * S
+    ga = np.einsum("ijk,wik->wjk", gD, b) - a * (t.sum(axis=0) / (na * na))
+    gb = np.einsum("ijk,wjk->wik", gD, a) - b * (t.sum(axis=1) / (nb * nb))
+    return value, (ga, gb)
+
+
+# ================================================================================================
+# W2: attention over time (seed 001)
+#   ys[t] = Wm @ xs[t] + bm;  z[t, b] = ys[0][:, b] . ys[t][:, b];  alpha = softmax over t;
+#   C[:, b] = sum_t alpha[t, b] Hs[:, t, b];  loss = sum(C * wts).  Differentiated: Wm, bm.
+# ================================================================================================
+def w2_code(np, Buffer=None):
+    softmax = softmax_code(np)
+
+    def dense(Wm, bm, x):                           # Flux's Dense(in, out) with identity activation
+        return Wm @ x + bm[:, None]
+
+    def attend(z, Hs, wts):                         # softmax over time, then the context vectors
+        alpha = softmax(z, axis=0)                  # (T, B)
+        C = np.sum(alpha[None, :, :] * Hs, axis=1)  # (D, B)
+        return np.sum(C * wts)
+
+    def diagmatmul(Wm, bm, xs, Hs, wts):
+        ys = [dense(Wm, bm, x) for x in xs]
+        zs = [np.diag(ys[0].T @ y) for y in ys]     # every pair of columns, keep the diagonal
+        return attend(np.stack(zs), Hs, wts)
+
+    def colwise(Wm, bm, xs, Hs, wts):
+        ys = [dense(Wm, bm, x) for x in xs]
+        batch_size = ys[0].shape[1]
+        y1 = [ys[0][:, b] for b in range(batch_size)]          # views of the first step's columns
+        zs = [np.stack([np.dot(y1[b], y[:, b]) for b in range(batch_size)]) for y in ys]
+        return attend(np.stack(zs), Hs, wts)
+
+    def glued(Wm, bm, xt, Hs, wts):                 # xt: (in, T*B), column t*B + b is xs[t][:, b]
+        out, (D, T, B) = Wm.shape[0], Hs.shape
+        ys = np.reshape(dense(Wm, bm, xt), (out, T, B))
+        z = np.einsum("ob,otb->tb", ys[:, 0, :], ys)   # batched dot products
+        alpha = softmax(z, axis=0)
+        C = np.einsum("tb,dtb->db", alpha, Hs)
+        return np.sum(C * wts)
+
+    return {"diagmatmul": diagmatmul, "colwise": colwise, "glued": glued}
+
+
+def w2_hand(Wm, bm, xt, Hs, wts):
+    """Value and gradient (w.r.t. Wm, bm) of the attention loss, by hand, on glued inputs."""
+    np = numpy
+    out = Wm.shape[0]
+    D, T, B = Hs.shape
+    yt = np.dot(Wm, xt)
+    yt += bm[:, None]
+    ys = yt.reshape(out, T, B)
+    y1 = ys[:, 0, :]
+    z = np.einsum("ob,otb->tb", y1, ys)
+    e = np.exp(z - z.max(axis=0))
+    alpha = e / e.sum(axis=0)
+    ga = np.einsum("db,dtb->tb", wts, Hs)           # dL/dalpha
+    value = np.sum(alpha * ga)                      # = sum(C * wts) with C = sum_t alpha Hs
+    gz = alpha * (ga - np.sum(alpha * ga, axis=0))
+    gys = gz[None, :, :] * y1[:, None, :]          # d z[t,b] / d ys[:, t, b] = y1[:, b]
+    gys[:, 0, :] += np.einsum("tb,otb->ob", gz, ys)  # and through y1 = ys[:, 0, :]
+    gyt = gys.reshape(out, T * B)
+    return value, (np.dot(gyt, xt.T), gyt.sum(axis=1))
+
+
+# ================================================================================================
+# W3: MLP 784-300-100-10, sigmoid hidden layers, softmax cross-entropy (seed 002)
+# ================================================================================================
+def w3_code(np, Buffer=None):
+    softmax = softmax_code(np)
+
+    def sigmoid(x):
+        return 1 / (1 + np.exp(-x))
+
+    def forward(params, x):
+        W1, b1, W2, b2, W3, b3 = params
+        h1 = sigmoid(x @ W1 + b1)
+        h2 = sigmoid(h1 @ W2 + b2)
+        return h2 @ W3 + b3
+
+    def log_of_softmax(params, x, y):               # the textbook composition: log(softmax(z))
+        p = softmax(forward(params, x), axis=1)
+        return -np.sum(y * np.log(p)) / x.shape[0]
+
+    def logsumexp_form(params, x, y):               # the stable log-softmax a careful user writes
+        z = forward(params, x)
+        m = np.max(z, axis=1, keepdims=True)
+        logp = z - m - np.log(np.sum(np.exp(z - m), axis=1, keepdims=True))
+        return -np.sum(y * logp) / x.shape[0]
+
+    return {"log(softmax)": log_of_softmax, "logsumexp": logsumexp_form}
+
+
+def w3_hand(params, x, y):
+    """Value and gradient (w.r.t. params) of the MLP's mean cross-entropy, by hand."""
+    np = numpy
+    W1, b1, W2, b2, W3, b3 = params
+    n = x.shape[0]
+    h1 = 1 / (1 + np.exp(-(np.dot(x, W1) + b1)))
+    h2 = 1 / (1 + np.exp(-(np.dot(h1, W2) + b2)))
+    z = np.dot(h2, W3) + b3
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    s = e.sum(axis=1, keepdims=True)
+    value = -np.sum(y * (z - np.log(s))) / n
+    d3 = (e / s * y.sum(axis=1, keepdims=True) - y) / n   # softmax - target (rows of y sum to 1)
+    d2 = np.dot(d3, W3.T) * h2 * (1 - h2)
+    d1 = np.dot(d2, W2.T) * h1 * (1 - h1)
+    grads = (np.dot(x.T, d1), d1.sum(axis=0), np.dot(h1.T, d2), d2.sum(axis=0),
+             np.dot(h2.T, d3), d3.sum(axis=0))
+    return value, (grads,)
+
+
+# ================================================================================================
+# W4: a record of n parameter arrays of which the loss reads 3 (seed 002's "redundant updates")
+# ================================================================================================
+@dataclass
+class Params3:
+    w0: Any
+    w1: Any
+    w2: Any
+
+
+@dataclass
+class Params10:
+    w0: Any
+    w1: Any
+    w2: Any
+    w3: Any
+    w4: Any
+    w5: Any
+    w6: Any
+    w7: Any
+    w8: Any
+    w9: Any
+
+
+def w4_code(np, Buffer=None):
+    def record_loss(p, wts):                        # reads 3 fields, whatever the record holds
+        return np.sum(wts * np.tanh(p.w0 * p.w1 + p.w2))
+
+    return {"record": record_loss}
+
+
+def w4_hand(p, wts):
+    np = numpy
+    t = np.tanh(p.w0 * p.w1 + p.w2)
+    value = np.sum(wts * t)
+    g = wts * (1 - t * t)
+    grads = {f.name: None for f in dataclasses.fields(p)}
+    grads.update(w0=g * p.w1, w1=g * p.w0, w2=g)
+    for name, v in grads.items():
+        if v is None:                               # np.zeros: pages are zeroed when first touched
+            grads[name] = np.zeros(getattr(p, name).shape, getattr(p, name).dtype)
+    return value, (type(p)(**grads),)
+
+
+# ================================================================================================
+# Rows
+# ================================================================================================
+@dataclass
+class Row:
+    """One line of the table: a formulation of a workload at one size."""
+    workload: str                   # "W1"
+    size: str                       # "seed", "16x", "B=128", "n=10", ...
+    formulation: str                # key into the code dict
+    code: Callable                  # w1_code, ...
+    hand: Callable                  # hand-written value-and-gradient
+    args: tuple                     # plain NumPy inputs (pytrees allowed)
+    argnums: tuple                  # which arguments are differentiated
+    hand_args: tuple = None         # inputs of ``hand`` when they differ (W2: glued xt)
+    loop_iterations: int = 0        # Python-level loop trips of the formulation (0: vectorized)
+    notes: list = field(default_factory=list)
+
+    @property
+    def name(self):
+        return f"{self.workload} {self.size} {self.formulation}"
+
+
+def _rng(seed):
+    return numpy.random.default_rng(seed)
+
+
+def _glorot(rng, fan_in, fan_out, shape):
+    limit = numpy.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, shape).astype(F32)
+
+
+def w1_rows(quick):
+    # 16x: the batch B grows 16x, so every array and the loop's trip count grow exactly 16x.
+    # The hand-written reference uses, per size, the faster of its two layouts on this machine.
+    sizes = [("seed", (3, 5, 2, 2) if quick else (16, 64, 4, 16), w1_hand_matmul),
+             ("16x", (3, 5, 2, 4) if quick else (16, 64, 4, 256), w1_hand_einsum)]
+    rows = []
+    for label, (N, W, R, B), hand in sizes:
+        rng = _rng(0)
+        a = rng.random((W, R, B), dtype=F32)
+        b = rng.random((W, N, B), dtype=F32)
+        wts = rng.standard_normal((N, R, B)).astype(F32)
+        label = f"{label} N,W,R,B={N},{W},{R},{B}"
+        for form in ("vectorized", "loop"):
+            rows.append(Row("W1", label, form, w1_code, hand, (a, b, wts), (0, 1),
+                            loop_iterations=N * R * B if form == "loop" else 0))
+    return rows
+
+
+def w2_rows(quick):
+    T, B, n_in, n_out, D = (4, 3, 5, 4, 6) if quick else (256, 128, 64, 32, 100)
+    rng = _rng(1)
+    Wm = _glorot(rng, n_in, n_out, (n_out, n_in))
+    bm = (0.1 * rng.standard_normal(n_out)).astype(F32)
+    xs = [rng.random((n_in, B), dtype=F32) for _ in range(T)]
+    xt = numpy.concatenate(xs, axis=1)              # glued outside the timed code, as in the seed
+    Hs = rng.random((D, T, B), dtype=F32)
+    wts = rng.standard_normal((D, B)).astype(F32)
+    label = f"T,B,in,out,D={T},{B},{n_in},{n_out},{D}"
+    return [
+        Row("W2", label, "diagmatmul", w2_code, w2_hand, (Wm, bm, xs, Hs, wts), (0, 1),
+            hand_args=(Wm, bm, xt, Hs, wts), loop_iterations=T),
+        Row("W2", label, "colwise", w2_code, w2_hand, (Wm, bm, xs, Hs, wts), (0, 1),
+            hand_args=(Wm, bm, xt, Hs, wts), loop_iterations=T * B),
+        Row("W2", label, "glued", w2_code, w2_hand, (Wm, bm, xt, Hs, wts), (0, 1)),
+    ]
+
+
+def w3_rows(quick):
+    layers = (20, 12, 8, 5) if quick else (784, 300, 100, 10)
+    rows = []
+    for batch in ((1, 3) if quick else (1, 128)):
+        rng = _rng(2)
+        params = []
+        for fan_in, fan_out in zip(layers[:-1], layers[1:]):
+            params.append(_glorot(rng, fan_in, fan_out, (fan_in, fan_out)))
+            params.append((0.1 * rng.standard_normal(fan_out)).astype(F32))
+        params = tuple(params)
+        x = rng.random((batch, layers[0]), dtype=F32)
+        y = numpy.eye(layers[-1], dtype=F32)[rng.integers(0, layers[-1], batch)]
+        for form in ("log(softmax)", "logsumexp"):
+            rows.append(Row("W3", f"batch={batch}", form, w3_code, w3_hand, (params, x, y), (0,)))
+    return rows
+
+
+def w4_rows(quick):
+    shape = (6, 5) if quick else (512, 512)
+    rows = []
+    for cls in (Params10, Params3):
+        rng = _rng(3)
+        n = len(dataclasses.fields(cls))
+        fields = {f"w{i}": (0.5 * rng.standard_normal(shape)).astype(F32) for i in range(n)}
+        wts = _rng(4).standard_normal(shape).astype(F32)
+        rows.append(Row("W4", f"n={n} {shape[0]}x{shape[1]}", "record", w4_code, w4_hand,
+                        (cls(**fields), wts), (0,)))
+    return rows
+
+
+WORKLOADS = {"W1": w1_rows, "W2": w2_rows, "W3": w3_rows, "W4": w4_rows}
+
+
+def rows(quick=False, only=None):
+    """All benchmark rows; ``only``: tokens "W1" (a workload) or "W2:colwise" (one formulation)."""
+    out = []
+    for wid, make in WORKLOADS.items():
+        if only and not any(tok.partition(":")[0] == wid for tok in only):
+            continue
+        out.extend(row for row in make(quick) if not only or _matches(row, only))
+    return out
+
+
+def _matches(row, only):
+    for tok in only:
+        wid, _, form = tok.partition(":")
+        if wid == row.workload and (not form or form in row.formulation):
+            return True
+    return False

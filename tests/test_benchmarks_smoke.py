@@ -1,0 +1,27 @@
+"""The benchmark suite at tiny sizes, as a correctness check only: every formulation of every
+workload runs, and wengert's gradient agrees with the hand-written NumPy one. No timing assertions;
+the other AD libraries are not needed (and not used) here."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_benchmark_suite_quick(tmp_path):
+    out = tmp_path / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--libs", "none", "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())
+    rows = results["rows"]
+    seen = {(r["workload"], r["formulation"]) for r in rows}
+    assert seen == {("W1", "vectorized"), ("W1", "loop"), ("W2", "diagmatmul"), ("W2", "colwise"),
+                    ("W2", "glued"), ("W3", "log(softmax)"), ("W3", "logsumexp"), ("W4", "record")}
+    assert len(rows) == 13
+    bad = {r["name"]: r["checks"]["wengert"] for r in rows if r["checks"]["wengert"] != "ok"}
+    assert not bad, bad
+    assert all(r["notes"]["wengert_max_rel_error"] < 1e-3 for r in rows)
