@@ -2,7 +2,7 @@
 
 One primitive, the full convolution; ``valid`` and ``same`` are slices of it, as in SciPy. The
 rules are full convolutions too (with the other operand flipped, then sliced), so derivatives of
-any order work. Complex inputs use the conjugate of the other operand, as for ``multiply``.
+any order work. For complex inputs the rules are transposes, without conjugates (docs/complex.md).
 """
 from __future__ import annotations
 
@@ -20,7 +20,11 @@ def _full_impl(a, b):
     return _sig.convolve(a, b, mode="full")
 
 
-def _other(x):
+def _flip(x):
+    return F.flip(x)
+
+
+def _reverse_conj(x):
     x = F.flip(x)
     return F.conj(x) if np.iscomplexobj(unbox(x)) else x
 
@@ -30,11 +34,11 @@ def _window(full, start, shape):
 
 
 def _conv_vjp_a(g, ans, a, b):
-    return _window(_full(g, _other(b)), [n - 1 for n in b.shape], a.shape)
+    return _window(_full(g, _flip(b)), [n - 1 for n in b.shape], a.shape)
 
 
 def _conv_vjp_b(g, ans, a, b):
-    return _window(_full(g, _other(a)), [n - 1 for n in a.shape], b.shape)
+    return _window(_full(g, _flip(a)), [n - 1 for n in a.shape], b.shape)
 
 
 _full = defprim(_full_impl, (_conv_vjp_a, _conv_vjp_b), name="scipy.signal.convolve")
@@ -66,14 +70,7 @@ def convolve(in1, in2, mode="full", method="auto"):
 
 
 def correlate(in1, in2, mode="full", method="auto"):
-    """``scipy.signal.correlate``: ``convolve(in1, conj(flip(in2)))`` with SciPy's output window."""
+    """``scipy.signal.correlate``: ``convolve(in1, conj(flip(in2)))``, SciPy's window for each mode."""
     if type(in1) is not Tracer and type(in2) is not Tracer:
         return _sig.correlate(in1, in2, mode=mode, method=method)
-    b = F._as_traced_operand(in2)
-    if mode == "valid":
-        a = F._as_traced_operand(in1)
-        # SciPy swaps the operands when in2 is the larger one in 'valid' mode
-        if all(n2 >= n1 for n1, n2 in zip(a.shape, b.shape)) and a.shape != b.shape:
-            return F.conj(_other(convolve(b, _other(a), "valid"))) if np.iscomplexobj(unbox(a)) or \
-                np.iscomplexobj(unbox(b)) else F.flip(convolve(b, F.flip(a), "valid"))
-    return convolve(in1, _other(b), mode=mode)
+    return convolve(in1, _reverse_conj(F._as_traced_operand(in2)), mode=mode)
