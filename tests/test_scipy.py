@@ -278,3 +278,10 @@ def test_expm_sqrtm_sylvester():
     p, q, r = rng.normal(size=(3, 3)) + 3 * np.eye(3), rng.normal(size=(2, 2)) + 3 * np.eye(2), rng.normal(size=(3, 2))
     np.testing.assert_allclose(wg.vjp(wsl.solve_sylvester, p, q, r)[0], sl.solve_sylvester(p, q, r))
     wg.check_grads(wsl.solve_sylvester, (p, q, r), order=2)
+
+
+def test_scipy_ufuncs_on_traced_values_are_wengerts():
+    x = np.array([0.5, 1.5, 2.5])
+    g = wg.grad(lambda x: np.sum(sc.gammaln(x) + sc.xlogy(x, x) + sc.jv(1.0, x)))(x)
+    np.testing.assert_allclose(g, sc.digamma(x) + np.log(x) + 1 + 0.5 * (sc.jv(0, x) - sc.jv(2, x)))
+    wg.check_grads(lambda x: sc.betainc(2.0, 3.0, x / 3) * sc.expit(x), (x,), order=2)

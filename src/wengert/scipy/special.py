@@ -169,3 +169,15 @@ jv = defprim(sc.jv, (_no_derivative("jv"), lambda g, ans, v, x: unbroadcast(
     g * 0.5 * (jv(v - 1, x) - jv(v + 1, x)), x.shape)), name="scipy.special.jv")
 yv = defprim(sc.yv, (_no_derivative("yv"), lambda g, ans, v, x: unbroadcast(
     g * 0.5 * (yv(v - 1, x) - yv(v + 1, x)), x.shape)), name="scipy.special.yv")
+
+
+# SciPy's own ufuncs on traced values (``scipy.special.gammaln(x)`` in user code) come here too
+def _register_scipy_ufuncs():
+    from ..numpy._methods import UFUNCS
+    for name in __all__:
+        original = getattr(sc, name, None)
+        if isinstance(original, np.ufunc):
+            UFUNCS[original] = globals()[name]
+
+
+_register_scipy_ufuncs()
