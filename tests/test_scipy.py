@@ -33,12 +33,13 @@ UNARY = {
     "gammaln": P, "digamma": P, "psi": P, "gamma": P, "rgamma": P, "erf": _n, "erfc": _n,
     "erfinv": _u(-0.8, 0.8), "erfcinv": _u(0.2, 1.8), "ndtr": _n, "ndtri": _u(0.1, 0.9),
     "log_ndtr": lambda rng, s: 3 * rng.normal(size=s), "expit": _n, "logit": _u(0.1, 0.9),
-    "log_expit": _n, "entr": P, "i0": _n, "i1": _n, "i0e": P, "i1e": P,
+    "log_expit": _n, "entr": P, "i0": _n, "i1": _n, "i0e": P, "i1e": P, "erfcx": _n, "dawsn": _n,
+    "softmax": _n, "log_softmax": _n,
 }
 BINARY = {"beta": (P, P), "betaln": (P, P), "xlogy": (_n, P), "xlog1py": (_n, P)}
 ORDERED = {  # f(constant, x)
     "polygamma": (2, P), "iv": (1.5, P), "ive": (2.0, _n), "jv": (1.5, P), "yv": (0.5, P),
-    "gammainc": (2.5, P), "gammaincc": (2.5, P),
+    "gammainc": (2.5, P), "gammaincc": (2.5, P), "kv": (1.5, P), "kve": (0.5, P),
 }
 
 

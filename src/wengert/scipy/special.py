@@ -19,7 +19,8 @@ from ..primitives._table import defprim, unbroadcast
 __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", "betaln",
            "erf", "erfc", "erfinv", "erfcinv", "ndtr", "ndtri", "log_ndtr", "expit", "logit",
            "log_expit", "logsumexp", "xlogy", "xlog1py", "i0", "i1", "i0e", "i1e", "iv", "ive", "jv",
-           "yv", "multigammaln", "gammainc", "gammaincc", "betainc", "entr"]
+           "yv", "kv", "kve", "multigammaln", "gammainc", "gammaincc", "betainc", "entr", "softmax",
+           "log_softmax", "erfcx", "dawsn"]
 
 _SQRT_PI = np.sqrt(np.pi)
 _SQRT_2PI = np.sqrt(2 * np.pi)
@@ -80,11 +81,8 @@ def multigammaln(a, d):
     """``scipy.special.multigammaln(a, d)``: the log of the multivariate gamma function."""
     if type(a) is not Tracer:
         return sc.multigammaln(a, d)
-    d = int(d) if np.ndim(d) == 0 and int(d) == d else d
-    if not isinstance(d, int) or d <= 0:
-        raise ValueError("d should be a positive integer (dimension)")
-    if np.any(unbox(a) <= 0.5 * (d - 1)):
-        raise ValueError(f"condition a ({unbox(a)}) > 0.5 * (d-1) ({0.5 * (d - 1)}) not met")
+    sc.multigammaln(np.asarray(unbox(a)), d)  # SciPy's checks and errors
+    d = int(np.asarray(d)[()])
     total = d * (d - 1) / 4.0 * np.log(np.pi)
     for j in range(1, d + 1):
         total = total + gammaln(a - (j - 1) / 2.0)
@@ -145,6 +143,24 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     return out, sign
 
 
+def softmax(x, axis=None):
+    """``scipy.special.softmax`` (over all elements when ``axis`` is None)."""
+    if type(x) is not Tracer:
+        return sc.softmax(x, axis=axis)
+    return F.exp(log_softmax(x, axis=axis))
+
+
+def log_softmax(x, axis=None):
+    """``scipy.special.log_softmax``: ``x - logsumexp(x, axis, keepdims=True)``."""
+    if type(x) is not Tracer:
+        return sc.log_softmax(x, axis=axis)
+    return x - logsumexp(x, axis=axis, keepdims=True)
+
+
+erfcx = defprim(sc.erfcx, lambda g, ans, x: g * (2 * x * ans - 2 / _SQRT_PI), name="scipy.special.erfcx")
+dawsn = defprim(sc.dawsn, lambda g, ans, x: g * (1 - 2 * x * ans), name="scipy.special.dawsn")
+
+
 # --- x log y -----------------------------------------------------------------------------------
 xlogy = defprim(sc.xlogy, (lambda g, ans, x, y: unbroadcast(g * E.log(y), x.shape),
                            lambda g, ans, x, y: unbroadcast(g * F.where(_nonzero(x), x / y, 0), y.shape)),
@@ -167,6 +183,10 @@ ive = defprim(sc.ive, (_no_derivative("ive"), lambda g, ans, v, x: unbroadcast(
     g * (0.5 * (ive(v - 1, x) + ive(v + 1, x)) - F.sign(x) * ans), x.shape)), name="scipy.special.ive")
 jv = defprim(sc.jv, (_no_derivative("jv"), lambda g, ans, v, x: unbroadcast(
     g * 0.5 * (jv(v - 1, x) - jv(v + 1, x)), x.shape)), name="scipy.special.jv")
+kv = defprim(sc.kv, (_no_derivative("kv"), lambda g, ans, v, x: unbroadcast(
+    g * -0.5 * (kv(v - 1, x) + kv(v + 1, x)), x.shape)), name="scipy.special.kv")
+kve = defprim(sc.kve, (_no_derivative("kve"), lambda g, ans, v, x: unbroadcast(
+    g * (-0.5 * (kve(v - 1, x) + kve(v + 1, x)) + ans), x.shape)), name="scipy.special.kve")
 yv = defprim(sc.yv, (_no_derivative("yv"), lambda g, ans, v, x: unbroadcast(
     g * 0.5 * (yv(v - 1, x) - yv(v + 1, x)), x.shape)), name="scipy.special.yv")
 

@@ -70,8 +70,11 @@ class BatchTrace(Trace):
         for position, _ in parents:
             batched[position] = True
         rule = prim.batch if prim.batch is not None else RULES.get(prim)
-        _CURRENT[0] = self  # read by the indexing rule before it calls anything
-        out = NotImplemented if rule is None else rule(prim, vals, batched, params, self.size)
+        previous, _CURRENT[0] = _CURRENT[0], self
+        try:
+            out = NotImplemented if rule is None else rule(prim, vals, batched, params, self.size)
+        finally:
+            _CURRENT[0] = previous
         if out is NotImplemented:
             if any(type(v) is Tracer and v._trace is self for v in params.values()):
                 raise NeedsLoop(f"{prim.name} with a batched parameter")
@@ -105,18 +108,12 @@ def _ndim(x):
     return len(_shape(x))
 
 
-_PRIMS = []
-
-
 def _prims():
-    """The primitive families (contractions, elementwise, reductions, shape), imported once."""
-    if not _PRIMS:
-        from ..primitives import contractions as C
-        from ..primitives import elementwise as E
-        from ..primitives import reductions as R
-        from ..primitives import shape as S
-        _PRIMS.extend((C, E, R, S))
-    return _PRIMS
+    from ..primitives import contractions as C
+    from ..primitives import elementwise as E
+    from ..primitives import reductions as R
+    from ..primitives import shape as S
+    return C, E, R, S
 
 
 def _take(x, i, is_batched):
@@ -165,11 +162,8 @@ def _axis(axis, nd):
 
 # --- rules ---------------------------------------------------------------------------------------
 def elementwise_rule(prim, vals, batched, params, size):
-    if len(vals) == 1:
-        return prim(vals[0], **params)
-    ranks = [len(_shape(v)) - b for v, b in zip(vals, batched)]
-    rank = max(ranks)
-    new = [_pad_rank(v, rank) if b and r < rank else v for v, b, r in zip(vals, batched, ranks)]
+    rank = max((_ndim(v) - b for v, b in zip(vals, batched) if v is not None), default=0)
+    new = [_pad_rank(v, rank) if b else v for v, b in zip(vals, batched)]
     return prim(*new, **params)
 
 
@@ -429,7 +423,7 @@ def _register():
         if isinstance(prim.impl, np.ufunc):
             RULES[prim] = elementwise_rule
     RULES.update({
-        E.where: elementwise_rule, E.clip: elementwise_rule, E.power: elementwise_rule,
+        E.where: elementwise_rule, E.clip: elementwise_rule,
         R.sum_: reduction_rule, R.max_: reduction_rule, R.min_: reduction_rule, R.prod: reduction_rule,
         R.cumsum: scan_rule, R.cumprod: scan_rule,
         S.reshape: reshape_rule, S.transpose: transpose_rule, S.broadcast_to: broadcast_to_rule,
