@@ -199,3 +199,17 @@ def test_leaked_batch_tracer_is_refused():
     wg.vmap(lambda x: leaked.append(x) or x)(np.ones((2, 3)))
     with pytest.raises(wg.LeakedTracerError):
         leaked[0] * 2
+
+
+def test_code_the_batched_path_cannot_run_falls_back_with_a_warning():
+    def doubled(x):
+        b = wg.Buffer.zeros((3,), x.dtype)
+        for i in range(3):
+            b[i] = x[i] * 2
+        return b.freeze()
+    x = np.random.default_rng(8).standard_normal((4, 3))
+    with pytest.warns(UserWarning, match="once per example"):
+        np.testing.assert_allclose(wg.vmap(doubled)(x), 2 * x)
+    with pytest.raises(ValueError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        wg.vmap(lambda r: r @ np.ones(5))(x)   # the user's own error still surfaces

@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 
 from ..core import tree
-from ..core.errors import LeakedTracerError
+from ..core.errors import LeakedTracerError, NoDerivativeError
 from ..core.trace import Trace, Tracer, _depth, close_trace
 from ..primitives import _table
 
@@ -70,11 +70,8 @@ class BatchTrace(Trace):
         for position, _ in parents:
             batched[position] = True
         rule = prim.batch if prim.batch is not None else RULES.get(prim)
-        previous, _CURRENT[0] = _CURRENT[0], self
-        try:
-            out = NotImplemented if rule is None else rule(prim, vals, batched, params, self.size)
-        finally:
-            _CURRENT[0] = previous
+        _CURRENT[0] = self  # read by the indexing rule before it calls anything
+        out = NotImplemented if rule is None else rule(prim, vals, batched, params, self.size)
         if out is NotImplemented:
             if any(type(v) is Tracer and v._trace is self for v in params.values()):
                 raise NeedsLoop(f"{prim.name} with a batched parameter")
@@ -108,12 +105,18 @@ def _ndim(x):
     return len(_shape(x))
 
 
+_PRIMS = []
+
+
 def _prims():
-    from ..primitives import contractions as C
-    from ..primitives import elementwise as E
-    from ..primitives import reductions as R
-    from ..primitives import shape as S
-    return C, E, R, S
+    """The primitive families (contractions, elementwise, reductions, shape), imported once."""
+    if not _PRIMS:
+        from ..primitives import contractions as C
+        from ..primitives import elementwise as E
+        from ..primitives import reductions as R
+        from ..primitives import shape as S
+        _PRIMS.extend((C, E, R, S))
+    return _PRIMS
 
 
 def _take(x, i, is_batched):
@@ -162,8 +165,11 @@ def _axis(axis, nd):
 
 # --- rules ---------------------------------------------------------------------------------------
 def elementwise_rule(prim, vals, batched, params, size):
-    rank = max((_ndim(v) - b for v, b in zip(vals, batched) if v is not None), default=0)
-    new = [_pad_rank(v, rank) if b else v for v, b in zip(vals, batched)]
+    if len(vals) == 1:
+        return prim(vals[0], **params)
+    ranks = [len(_shape(v)) - b for v, b in zip(vals, batched)]
+    rank = max(ranks)
+    new = [_pad_rank(v, rank) if b and r < rank else v for v, b, r in zip(vals, batched, ranks)]
     return prim(*new, **params)
 
 
@@ -423,7 +429,7 @@ def _register():
         if isinstance(prim.impl, np.ufunc):
             RULES[prim] = elementwise_rule
     RULES.update({
-        E.where: elementwise_rule, E.clip: elementwise_rule,
+        E.where: elementwise_rule, E.clip: elementwise_rule, E.power: elementwise_rule,
         R.sum_: reduction_rule, R.max_: reduction_rule, R.min_: reduction_rule, R.prod: reduction_rule,
         R.cumsum: scan_rule, R.cumprod: scan_rule,
         S.reshape: reshape_rule, S.transpose: transpose_rule, S.broadcast_to: broadcast_to_rule,
@@ -583,9 +589,14 @@ def vmap(f, in_axes=0, out_axes=0):
         try:
             return _run_batched(f, flat, size, out_axes)
         except NeedsLoop as e:
-            warnings.warn(f"vmap: {e}; running {getattr(f, '__name__', 'f')} once per example "
-                          f"(a Python loop over {size})", stacklevel=2)
-            return _run_loop(f, flat, size, out_axes)
+            reason = str(e)
+        except (TypeError, ValueError, IndexError, NotImplementedError, NoDerivativeError) as e:
+            # something on the batched path does not know about batch tracers (an error, never a
+            # wrong value): the per-example run either works or raises the user's own error
+            reason = f"the batched run failed ({type(e).__name__}: {e})"
+        warnings.warn(f"vmap: {reason}; running {getattr(f, '__name__', 'f')} once per example "
+                      f"(a Python loop over {size})", stacklevel=2)
+        return _run_loop(f, flat, size, out_axes)
 
     return vmapped
 
