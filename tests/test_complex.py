@@ -95,3 +95,25 @@ def test_vjp_of_a_complex_output():
     np.testing.assert_allclose(pull(ct)[0], ct * 2 * z)  # transpose, no conjugate (JAX's vjp)
     with pytest.raises(wg.NonScalarOutputError):
         wg.grad(lambda z: wnp.sum(z))(z)
+
+
+@pytest.mark.parametrize("kw", [{}, {"ord": "fro"}, {"ord": 1}, {"ord": np.inf}, {"axis": 1}, {"axis": 0, "ord": 3},
+                                {"axis": 1, "keepdims": True}])
+def test_linalg_norm_of_complex(kw):
+    rng = np.random.default_rng(5)
+    a = _z(rng, (3, 3))
+    f = lambda a: wnp.linalg.norm(a, **kw)  # noqa: E731
+    np.testing.assert_allclose(wg.vjp(f, a)[0], np.linalg.norm(a, **kw))
+    wg.check_grads(f, (a,), order=2)
+
+
+def test_linalg_holomorphic_functions_and_refusals():
+    rng = np.random.default_rng(6)
+    a, b = _z(rng, (3, 3)) + 3 * np.eye(3), _z(rng, (3,))
+    wg.check_grads(lambda a: wnp.linalg.inv(a) @ b, (a,), order=2)
+    wg.check_grads(lambda a: wnp.linalg.det(a) + wnp.linalg.solve(a, b)[0], (a,), order=2)
+    for name in ("cholesky", "eigvalsh", "qr", "svd"):
+        with pytest.raises(NotImplementedError, match="complex"):
+            wg.grad(lambda a: wnp.sum(wnp.abs(wnp.ravel(getattr(wnp.linalg, name)(a)[0]))))(a)
+    with pytest.raises(NotImplementedError, match="complex"):
+        wg.grad(lambda a: wnp.linalg.norm(a, 2))(a)

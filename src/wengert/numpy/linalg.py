@@ -147,21 +147,31 @@ def multi_dot(arrays, *, out=None):
 
 
 # --- factorizations ---------------------------------------------------------------------------------
+def _real_only(a, name):
+    """The rules of the Hermitian and singular-value factorizations assume real matrices."""
+    if _np.iscomplexobj(_unbox(a)):
+        raise NotImplementedError(
+            f"wengert.numpy.linalg.{name}: gradients for complex matrices are not implemented (its rule "
+            "assumes a real matrix); inv, solve, det, slogdet, pinv, lstsq and products do take complex "
+            "values (docs/complex.md)")
+    return a
+
+
 @_traceable(_npl.cholesky)
 def cholesky(a, /, *, upper=False):
     """Differentiates NumPy's function, which reads only the lower (``upper=True``: upper) triangle."""
-    return _L.cholesky(_operand(a), upper=bool(upper))
+    return _L.cholesky(_real_only(_operand(a), "cholesky"), upper=bool(upper))
 
 
 @_traceable(_npl.eigh)
 def eigh(a, UPLO="L"):  # noqa: N803 - NumPy's name
     """Eigenvector gradients exist only where eigenvalues are distinct; tied pairs contribute 0."""
-    return _wrap(_EIGH, _L.eigh(_operand(a), UPLO=UPLO))
+    return _wrap(_EIGH, _L.eigh(_real_only(_operand(a), "eigh"), UPLO=UPLO))
 
 
 @_traceable(_npl.eigvalsh)
 def eigvalsh(a, UPLO="L"):  # noqa: N803
-    return _L.eigvalsh(_operand(a), UPLO=UPLO)
+    return _L.eigvalsh(_real_only(_operand(a), "eigvalsh"), UPLO=UPLO)
 
 
 def _hermitian_svd(a, compute_uv):
@@ -183,7 +193,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular-vector gradients exist only for distinct, nonzero singular values (tied pairs
     contribute 0). With full_matrices=True and M != N, the extra columns of U (rows of Vh) are an
     arbitrary basis: gradients flowing into them raise NotImplementedError."""
-    a = _operand(a)
+    a = _real_only(_operand(a), "svd")
     if hermitian:
         return _hermitian_svd(a, compute_uv)
     if not compute_uv:
@@ -202,7 +212,7 @@ def qr(a, mode="reduced"):
                 f"wengert.numpy.linalg.qr: mode={mode!r} (Householder reflectors) is not differentiable "
                 "here; use mode='reduced'")
         raise ValueError(f"Unrecognized mode '{mode}'")
-    q, r = _L.qr(_operand(a), mode="reduced" if mode == "r" else mode)
+    q, r = _L.qr(_real_only(_operand(a), "qr"), mode="reduced" if mode == "r" else mode)
     return r if mode == "r" else _wrap(_QR, (q, r))
 
 
@@ -264,6 +274,8 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002
     """The 2-norm has gradient 0 (a subgradient) at x = 0, as ``abs`` has; ties in the inf-norms
     share the gradient equally."""
     x = _operand(x)
+    if _np.iscomplexobj(_unbox(x)):
+        return _complex_norm(x, ord, axis, keepdims)
     nd = x.ndim
     if axis is None:
         if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
@@ -282,6 +294,18 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002
     if len(axis) == 2:
         return _matrix_norm(x, ord, axis, keepdims)
     raise ValueError("Improper number of dimensions to norm.")
+
+
+def _complex_norm(x, ord, axis, keepdims):  # noqa: A002
+    """Norms of complex values depend on |x| only: the 2-norms as sqrt(sum(Re(x conj x))), which has
+    a gradient wherever the norm is nonzero, the others as the norm of abs(x)."""
+    matrix = (axis is None and x.ndim == 2 and ord is not None) or (isinstance(axis, tuple) and len(axis) == 2)
+    if matrix and ord in (2, -2, "nuc"):
+        _real_only(x, f"norm(ord={ord!r})")
+    if ord is None or ord in ("fro", "f") or (ord == 2 and not matrix):
+        squares = _F.real(x * _F.conj(x))
+        return _F.sqrt(_F.sum(squares, axis=axis, keepdims=keepdims))
+    return norm(_F.abs(x), ord, axis, keepdims)
 
 
 @_traceable(_npl.cond)
