@@ -33,6 +33,12 @@ def _safe_log(x):
 def _power_slope(pow_, x, y):
     """y * x**(y-1). Where x == y == 0 that is 0 * inf = nan, but x**0 is constant: there the
     exponent is taken as 0 instead (then every higher derivative of x**0 and x**1 at 0 is 0 too)."""
+    if type(y) is int or type(y) is float:  # the usual constant exponent: no masks needed
+        if y == 2:
+            return 2 * x
+        if y == 0:
+            return 0 * x
+        return y * pow_(x, y - 1)
     zero_y = unbox(y) == 0
     if np.any(zero_y):  # cheap for the usual scalar exponent
         both_zero = zero_y & (unbox(x) == 0)
@@ -53,7 +59,14 @@ divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
 true_divide = divide
 negative = defprim(np.negative, lambda g, ans, x: negative(g))
 positive = defprim(np.positive, lambda g, ans, x: g)
-power = defprim(np.power, (lambda g, ans, x, y: unbroadcast(g * _power_slope(power, x, y), x.shape),
+def _power(x, y):
+    """``np.power``; ``x ** 2`` goes through ``np.square`` as NumPy's own operator does (5x faster)."""
+    if (type(y) is int or type(y) is float) and y == 2:
+        return np.square(x)
+    return np.power(x, y)
+
+
+power = defprim(_power, name="power", vjp=(lambda g, ans, x, y: unbroadcast(g * _power_slope(power, x, y), x.shape),
                            lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)))
 float_power = defprim(np.float_power, (
     lambda g, ans, x, y: unbroadcast(g * _power_slope(float_power, x, y), x.shape),

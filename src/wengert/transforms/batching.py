@@ -536,6 +536,8 @@ def _axis_at(axes, path, what):
 def _axes_for(axes, arg, what):
     """Per-leaf axes for one argument: an int/None for all its leaves, or a matching pytree."""
     pairs, treedef = tree.flatten_with_paths(arg)
+    if isinstance(axes, _AxesTree):
+        return [leaf for _, leaf in pairs], list(axes.axes), treedef
     return [leaf for _, leaf in pairs], [_axis_at(axes, path, what) for path, _ in pairs], treedef
 
 
@@ -586,6 +588,11 @@ def vmap(f, in_axes=0, out_axes=0):
             flat.append((leaves, fixed, treedef))
         if size is None:
             raise ValueError("vmap: no argument has a batch axis (in_axes are all None)")
+        spec = getattr(f, "_wengert_grad", None)
+        if spec is not None and spec[0] is f:
+            done = _per_example_grad(spec[1], spec[2], flat, size, out_axes)
+            if done is not None:
+                return done[0]
         try:
             return _run_batched(f, flat, size, out_axes)
         except NeedsLoop as e:
@@ -599,6 +606,77 @@ def vmap(f, in_axes=0, out_axes=0):
         return _run_loop(f, flat, size, out_axes)
 
     return vmapped
+
+
+def _per_example_grad(f, argnums, flat, size, out_axes):
+    """``vmap(grad(f))`` as ``grad`` of the sum over examples of ``vmap(f)``: examples are
+    independent, so row i of the gradient with respect to the batched (or broadcast) arguments is
+    example i's gradient. One batched forward and backward pass instead of a loop of gradients.
+    Returns ``(result,)``, or None to take the general path (which gives ``grad``'s own errors)."""
+    from .. import numpy as wnp
+    from .reverse import _normalize_argnums, grad
+    nums, many = _normalize_argnums(argnums, len(flat), f)
+    args, axes = [], []
+    for n, (leaves, leaf_axes, treedef) in enumerate(flat):
+        new, new_axes = [], []
+        for leaf, ax in zip(leaves, leaf_axes):
+            if n in nums:
+                if ax is None:
+                    leaf = wnp.broadcast_to(leaf, (size,) + tuple(_shape(leaf))) if type(leaf) is Tracer \
+                        else np.broadcast_to(leaf, (size,) + np.shape(leaf))
+                else:
+                    leaf = _move(leaf, ax, 0)
+                ax = 0
+            new.append(leaf)
+            new_axes.append(ax)
+        args.append(tree.unflatten(treedef, new))
+        axes.append(_AxesLeaves(treedef, new_axes))
+    in_axes = tuple(a.tree() for a in axes)
+    batched_f = vmap(f, in_axes=in_axes)
+    checked = []
+
+    def total(*a):
+        out = batched_f(*a)
+        if tree.flatten(out)[1] != tree.LEAF or tuple(_shape(out)) != (size,):
+            checked.append(False)
+            return wnp.sum(out) * 0.0
+        return wnp.sum(out)
+
+    grads = grad(total, argnums=nums if many else nums[0])(*args)
+    if checked:
+        return None  # a non-scalar f: grad's own error comes from the general path
+    moved = tree.map(lambda g: g if out_axes == 0 else _move(g, 0, out_axes % max(1, _ndim(g))), grads) \
+        if isinstance(out_axes, (int, np.integer)) else _finish_batched(grads, out_axes)
+    return (moved,)
+
+
+class _AxesLeaves:
+    """Per-leaf axes rebuilt as a pytree of the argument's structure (None leaves kept)."""
+
+    def __init__(self, treedef, axes):
+        self.treedef, self.axes = treedef, axes
+
+    def tree(self):
+        if self.treedef == tree.LEAF:
+            return self.axes[0]
+        if all(a == self.axes[0] for a in self.axes) and self.axes and self.axes[0] is not None:
+            return self.axes[0]
+        if all(a is None for a in self.axes):
+            return None
+        return _AxesTree(self.treedef, self.axes)
+
+
+class _AxesTree:
+    """An in_axes entry given per leaf (None included), read by ``_axis_at`` through ``_leaf_axes``."""
+
+    def __init__(self, treedef, axes):
+        self.treedef, self.axes = treedef, axes
+
+
+def _finish_batched(grads, out_axes):
+    leaves, axes, treedef = _axes_for(out_axes, grads, "out_axes")
+    return tree.unflatten(treedef, [g if ax is None or ax == 0 else _move(g, 0, ax % max(1, _ndim(g)))
+                                    for g, ax in zip(leaves, axes)])
 
 
 def _run_batched(f, flat, size, out_axes):

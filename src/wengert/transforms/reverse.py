@@ -12,6 +12,7 @@ import numpy as np
 
 from ..core import tree
 from ..core.backward import backward
+from ..core.mutation import root
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
 from ..core.trace import Tracer, close_trace, collector_paused, new_input, new_trace, unbox
 
@@ -129,7 +130,7 @@ class _Recording:
         with collector_paused():
             cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
         grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
-        _give_away(grads, {id(x) for x in (*out_cts, *self.in_leaves)})
+        _give_away(grads, [*out_cts, *self.in_leaves])
         out, start = [], 0
         for treedef in self.in_defs:
             out.append(tree.unflatten(treedef, grads[start:start + treedef.num_leaves]))
@@ -167,13 +168,17 @@ def _give_away(grads, taken):
 
     The backward pass may hand the same cotangent to several inputs (``x + y``), a read-only
     broadcast view (``sum``), a view of another cotangent, or an array the caller passed in
-    (``taken``: ids of the output cotangents and of the inputs); those are copied.
+    (``taken``: the output cotangents and the inputs); those are copied. A view of an array that
+    nothing else holds (``reshape`` of a fresh product) is handed over as it is.
     """
+    owners = {id(root(x)) for x in taken if isinstance(x, np.ndarray)} | {id(x) for x in taken}
     for k, g in enumerate(grads):
         if type(g) is np.ndarray:
-            if id(g) in taken or not (g.flags.writeable and g.flags.owndata):
+            base = root(g)
+            if id(base) in owners or not g.flags.writeable or not isinstance(base, np.ndarray):
                 g = grads[k] = g.copy()
-            taken.add(id(g))
+                base = g
+            owners.add(id(base))
     return grads
 
 
@@ -249,6 +254,8 @@ def grad(f, argnums=0, has_aux=False):
             return g, value[1]
         return g
 
+    if not has_aux:  # vmap(grad(f)) batches it as grad of the sum over examples (batching.py)
+        grad_f._wengert_grad = (grad_f, f, argnums)
     return grad_f
 
 
