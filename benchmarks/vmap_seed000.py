@@ -56,14 +56,15 @@ def vectorized(a, b, wts):
 
 
 def _best(fn, repeat):
-    """Median of ``repeat`` timings (after one warm-up call), in microseconds."""
+    """Fastest of ``repeat`` timings (after one warm-up call), in microseconds: the least disturbed
+    by other load on the machine."""
     fn()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e6
+    return float(np.min(times)) * 1e6
 
 
 def run(repeat=30):

@@ -123,8 +123,11 @@ def test_per_example_gradients_vmap_of_grad():
     p = {"w": rng.standard_normal(3), "b": np.float64(0.1)}
     xs, ys = rng.standard_normal((6, 3)), rng.standard_normal(6)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("error")  # batched: grad of the sum over examples, no loop
         per = wg.vmap(wg.grad(_loss), in_axes=(None, 0, 0))(p, xs, ys)
+        per_x = wg.vmap(wg.grad(_loss, argnums=(0, 1)), in_axes=(None, 0, 0), out_axes=0)(p, xs, ys)[1]
+    for i in range(6):
+        np.testing.assert_allclose(per_x[i], wg.grad(_loss, argnums=1)(p, xs[i], ys[i]), rtol=1e-12)
     for i in range(6):
         ref = wg.grad(_loss)(p, xs[i], ys[i])
         np.testing.assert_allclose(per["w"][i], ref["w"], rtol=1e-12)
@@ -213,3 +216,14 @@ def test_code_the_batched_path_cannot_run_falls_back_with_a_warning():
     with pytest.raises(ValueError), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         wg.vmap(lambda r: r @ np.ones(5))(x)   # the user's own error still surfaces
+
+
+def test_vmap_of_grad_nested_and_non_scalar():
+    x = np.random.default_rng(9).standard_normal((4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        np.testing.assert_allclose(wg.vmap(wg.vmap(wg.grad(lambda s: s ** 3)))(x), 3 * x ** 2)
+        with pytest.raises(wg.NonScalarOutputError):
+            wg.vmap(wg.grad(lambda s: s * 2))(x)
+    g = wg.grad(lambda x: wnp.sum(wg.vmap(wg.grad(lambda s: wnp.sum(wnp.sin(s))))(x)))(x)
+    np.testing.assert_allclose(g, -np.sin(x))
