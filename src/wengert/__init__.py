@@ -14,6 +14,7 @@ from .core.errors import (LeakedTracerError, NoDerivativeError, NonDifferentiabl
                           NonScalarOutputError, WengertError)
 from .core.trace import Tracer
 from .transforms.check import check_grads
+from .profiling import profile
 from .transforms.reverse import grad, hessian, jacobian, jacrev, value_and_grad, vjp
 from .transforms.forward import hvp, jacfwd, jvp, linearize
 from .transforms.batching import vmap
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Buffer", "at", "InPlaceWriteError",
-    "grad", "value_and_grad", "vjp", "jacobian", "jacrev", "hessian", "jvp", "linearize", "jacfwd", "hvp", "vmap", "check_grads", "tree",
+    "grad", "value_and_grad", "vjp", "jacobian", "jacrev", "hessian", "jvp", "linearize", "jacfwd", "hvp", "vmap", "check_grads", "tree", "profile",
     "numpy", "Tracer", "WengertError", "LeakedTracerError", "NoDerivativeError",
     "NonDifferentiableInputError", "NonScalarOutputError",
     "custom_vjp", "op", "CustomGradientError", "config", "nn",

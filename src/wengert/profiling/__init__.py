@@ -1,0 +1,127 @@
+"""``wg.profile``: where a gradient's time and memory go, and why, in plain language.
+
+    report = wg.profile(loss, params, x, y, argnums=0)
+    print(report)                 # totals, tables by source line and primitive, ranked findings
+    report.to_dict()              # the same as plain data (report.to_json() for a string)
+    report.plot("profile.png")    # forward and backward time by source line (needs matplotlib)
+
+From the command line, for a script that computes gradients somewhere inside it:
+
+    python -m wengert profile train.py --epochs 1
+
+Profiling is off unless one of these runs: the engine carries no flag, timer or frame inspection
+for it. While it runs, the engine's functions are swapped for instrumented ones (see _session.py).
+"""
+from __future__ import annotations
+
+import inspect
+from time import perf_counter
+
+import numpy as np
+
+from ..core import tree
+from ._report import Finding, Report
+from ._session import Session, STATE
+
+__all__ = ["profile", "Report", "Finding"]
+
+
+def profile(f, *args, argnums=0, has_aux=False, repeat=5, detail_runs=2, max_seconds=10.0, **kwargs):
+    """Profile ``value_and_grad(f, argnums, has_aux)(*args, **kwargs)``; return a :class:`Report`.
+
+    Runs ``f`` once untraced and ``value_and_grad`` once to warm up; then up to ``repeat`` times
+    (or until ``max_seconds`` have passed) the plain forward pass and a clean ``value_and_grad``,
+    timed at the boundaries only; then ``detail_runs`` instrumented ``value_and_grad`` calls that
+    time and name every recorded operation (merged entry by entry, keeping each entry's fastest
+    time). Totals are the best of the clean runs; the tables and findings come from the
+    instrumented runs. ``kwargs`` are passed to ``f``.
+    """
+    from ..transforms.reverse import value_and_grad
+
+    if STATE.session is not None:
+        raise RuntimeError("wg.profile is already running; profiles do not nest")
+    vg = value_and_grad(f, argnums=argnums, has_aux=has_aux)
+    plain = []
+    mode = {"detail": False}
+    session = Session(lambda site: mode["detail"])
+    with session:
+        session.paused = True
+        f(*args, **kwargs)
+        session.paused = False
+        vg(*args, **kwargs)
+        warm = len(session.calls)
+        start = perf_counter()
+        for k in range(max(1, repeat)):
+            session.paused = True
+            t0 = perf_counter()
+            f(*args, **kwargs)
+            plain.append(perf_counter() - t0)
+            session.paused = False
+            vg(*args, **kwargs)
+            if perf_counter() - start > max_seconds:
+                break
+        mode["detail"] = True
+        before = len(session.calls)
+        start = perf_counter()
+        for k in range(max(1, detail_runs)):
+            vg(*args, **kwargs)
+            if perf_counter() - start > max_seconds / 2:
+                break
+    calls = session.calls
+    details = calls[before:]
+    clean = calls[warm:before]
+    nums = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    nums = tuple(a % len(args) for a in nums) if args else ()
+    title = f"{_name(f)}({_describe_args(f, args, nums)})"
+    return Report(title, details, clean, plain, input_names(f, args, nums), calibration=session.calibration)
+
+
+def _name(f):
+    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or type(f).__name__
+    return name.replace("<locals>.", "")
+
+
+def _argnames(f, count):
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(count):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
+            names.append(params[i].name)
+        else:
+            names.append(f"arg{i}")
+    return names
+
+
+def input_names(f, args, argnums):
+    """``["p.w0", "p.w1", ...]``: one name per differentiated leaf, in tape order."""
+    names = _argnames(f, len(args))
+    out = []
+    for a in argnums:
+        for path, _ in tree.flatten_with_paths(args[a])[0]:
+            out.append(names[a] + tree.path_str(path))
+    return out
+
+
+def _summary(x):
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype.name}{list(x.shape)}".replace(" ", "")
+    if isinstance(x, (list, tuple)):
+        if x and all(isinstance(v, np.ndarray) and v.shape == x[0].shape and v.dtype == x[0].dtype for v in x):
+            return f"{type(x).__name__} of {len(x)} x {_summary(x[0])}"
+        return f"{type(x).__name__} of {len(x)}"
+    if isinstance(x, (int, float, np.generic)):
+        return repr(x)
+    leaves = tree.leaves(x) if hasattr(tree, "leaves") else []
+    return f"{type(x).__name__} of {len(leaves)} arrays" if leaves else type(x).__name__
+
+
+def _describe_args(f, args, argnums):
+    names = _argnames(f, len(args))
+    parts = [f"{names[k]}: {_summary(a)}" for k, a in enumerate(args)]
+    text = ", ".join(parts)
+    if len(text) > 120:
+        text = ", ".join(names[: len(args)])
+    return text + f"; argnums={argnums if len(argnums) != 1 else argnums[0]}"
