@@ -14,12 +14,12 @@ for it. While it runs, the engine's functions are swapped for instrumented ones 
 """
 from __future__ import annotations
 
-import inspect
 from time import perf_counter
 
 import numpy as np
 
 from ..core import tree
+from ..transforms.reverse import _argnames as _positional_names
 from ._report import Finding, Report
 from ._session import Session, STATE
 
@@ -82,17 +82,8 @@ def _name(f):
 
 
 def _argnames(f, count):
-    try:
-        params = list(inspect.signature(f).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    names = []
-    for i in range(count):
-        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
-            names.append(params[i].name)
-        else:
-            names.append(f"arg{i}")
-    return names
+    """Parameter names for the first ``count`` positional arguments (``argN`` where unnamed)."""
+    return [name or f"arg{i}" for i, name in enumerate(_positional_names(f, count))]
 
 
 def input_names(f, args, argnums):
