@@ -265,3 +265,24 @@ def test_column_reads_backward_bytes_are_linear_in_reads():
     # one buffer for x (plus small per-read pieces), not one x-sized array per read
     assert large < 2 * array_bytes + 10 * (large - small) and large < 3 * array_bytes, (small, large)
     assert large - small < 0.2 * array_bytes
+
+
+def test_a_loop_of_in_place_writes_copies_the_cotangent_once(monkeypatch):
+    """200 row writes: the old array's cotangent is zeroed in place write by write, not copied 200 times."""
+    from wengert.primitives import scatter
+    copies = []
+    real_zero_at = scatter._zero_at
+    monkeypatch.setattr(scatter, "_zero_at", lambda g, index: copies.append(1) or real_zero_at(g, index))
+
+    def f(x):
+        y = x * 1.0
+        for i in range(200):
+            y[i] = x[i] * 2.0
+        return wnp.sum(y)
+    x = rng.standard_normal((200, 1000))
+    g = wg.grad(f)(x)
+    np.testing.assert_allclose(g, 2.0)
+    assert len(copies) == 0, f"{len(copies)} full copies of the cotangent"
+    monkeypatch.setattr(scatter.write, "owned_vjp", None)   # the copying rule, for contrast
+    np.testing.assert_allclose(wg.grad(f)(x), 2.0)
+    assert len(copies) == 200

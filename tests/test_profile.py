@@ -269,7 +269,8 @@ def test_in_place_writes_in_a_loop_are_a_mutation_finding():
     found = [f for f in report.findings if f.kind == "mutation"]
     assert len(found) == 1 and found[0].line == line_of("setitem")
     assert found[0].data["operations"] == 200
-    assert found[0].data["bytes_moved"] >= 100 * 200 * 100 * 8      # a full copy per write, or more
+    array_bytes = 200 * 100 * 8
+    assert found[0].data["bytes_moved"] <= 3 * array_bytes          # copied once, not once per write
     assert "wg.Buffer" in found[0].fix
 
 

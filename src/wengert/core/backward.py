@@ -123,6 +123,18 @@ def backward(tape, seeds, keep_tape=False):
                 for gi, a in zip(g, ans)
             )
         if prim._fused_vjp is not None:
+            if prim.owned_vjp is not None and type(g) is np.ndarray:
+                # The rule may pass g on, changed in place, to a receiver that owns it in turn, so a
+                # chain of in-place writes copies the cotangent once, not once per write.
+                if not owned[i]:
+                    g = np.array(g)
+                for (position, parent), c in zip(parents, prim.owned_vjp(g, ans, args, params, parents)):
+                    if c is not None:
+                        fresh = cts[parent] is None
+                        accumulate(cts, owned, parent, c)
+                        if fresh and c is g:
+                            owned[parent] = 1
+                continue
             for (position, parent), c in zip(parents, prim._fused_vjp(g, ans, args, params, parents)):
                 if c is not None:
                     accumulate(cts, owned, parent, c)

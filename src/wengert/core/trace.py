@@ -151,7 +151,7 @@ class Primitive:
     """
 
     __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "batch", "keep_ans", "_keep_args",
-                 "value_args", "multiple_results", "records", "drop_args")
+                 "value_args", "multiple_results", "records", "drop_args", "owned_vjp")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None):
         self.name = name
@@ -161,6 +161,7 @@ class Primitive:
         self.jvp = jvp
         self.batch = batch
         self.multiple_results = multiple_results
+        self.owned_vjp = None  # optional fused_vjp that may reuse ``g`` when the backward pass owns it
         self.keep_ans, self.keep_args, self.value_args = _what_rules_keep(vjp)
 
     @property

@@ -32,10 +32,26 @@ scatter_set = defprim(_scatter_set, (lambda g, ans, x, v, index: _zero_at(g, ind
                                      lambda g, ans, x, v, index: unbroadcast(getitem(g, index=index), v.shape)),
                       name="scatter_set")
 
+def _write_vjp(g, ans, args, params, parents):
+    """``x_new = x_old with v written at index``: x_old gets g zeroed at index, v gets g[index]."""
+    index = params["index"]
+    return [_zero_at(g, index) if position == 0 else
+            unbroadcast(getitem(g, index=index), params["value_shape"]) for position, _ in parents]
+
+
+def _write_vjp_owned(g, ans, args, params, parents):
+    """The same, zeroing ``g`` in place when the backward pass owns it: a loop of writes costs
+    what it wrote, not (writes x array size)."""
+    index = params["index"]
+    piece = unbroadcast(np.array(g[index]), params["value_shape"])  # copied before the zeroing
+    g[index] = 0
+    return [g if position == 0 else piece for position, _ in parents]
+
+
 # The tape entry of ``x[index] = v`` on a tracer (recorded by core/mutation.py, never called).
-write = defprim(None, (lambda g, ans, x, v, index, value_shape: _zero_at(g, index),
-                       lambda g, ans, x, v, index, value_shape: unbroadcast(getitem(g, index=index), value_shape)),
-                name="setitem")
+write = defprim(None, (), name="setitem")
+write.fused_vjp = _write_vjp
+write.owned_vjp = _write_vjp_owned
 
 
 def _scatter_multiply(x, v, index):

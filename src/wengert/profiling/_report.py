@@ -943,10 +943,12 @@ def _mutation(ctx):
                    f"assignment. See {DOCS}, 'Mutation cost'.")
         else:
             op = ", ".join(f"{k} {c:,}" for k, c in kinds.most_common())
+            cost = (f"the gradient of each write passes a full copy of the array's cotangent ({fmt_bytes(largest)}) "
+                    f"to the array it overwrote, {fmt_bytes(moved)} in all" if quadratic else
+                    f"the writes move {fmt_bytes(moved)} in the backward pass (the array's cotangent is copied once "
+                    f"and zeroed in place write by write), but each write is a recorded operation")
             evidence = (f"{n:,} write(s) into a traced array at {where} (`{source_line(filename, line)}`; {op}): "
-                        f"the gradient of each write passes a full copy of the array's cotangent "
-                        f"({fmt_bytes(largest)}) to the array it overwrote, {fmt_bytes(moved)} in all "
-                        f"({share:.0%} of the gradient's time).")
+                        f"{cost} ({share:.0%} of the gradient's time).")
             fix = ("Collect the values in a wg.Buffer (writes cost only what they write) or build the result with "
                    f"np.stack / np.concatenate, then use it. See {DOCS}, 'Mutation cost'.")
         out.append(Finding("mutation", "Mutation cost", where, evidence, fix, max(seconds, 1e-9), share,

@@ -790,8 +790,8 @@ def _make_accumulate(real):
         log.acc[cur] += dt
         kind = type(c)
         array = c if kind is np.ndarray else (c[1] if kind is tuple and len(c) == 4 else None)
-        if type(array) is np.ndarray and array.base is None and log.seen.get(id(array)) != cur:
-            log.bwd_bytes[cur] += array.nbytes      # made by the rule outside a primitive
+        if type(array) is np.ndarray and array.base is None and id(array) not in log.seen:
+            log.bwd_bytes[cur] += array.nbytes      # made by the rule outside a primitive (not passed on)
             log.seen[id(array)] = cur
         new = cts[i]
         if new is not old and new is not c and type(new) is np.ndarray and new.base is None:
