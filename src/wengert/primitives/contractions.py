@@ -211,15 +211,13 @@ def _place_on_diagonals(grad, unique, target, sizes):
     return einsum(grad, *delta_ops, subscripts=",".join([unique] + deltas) + "->" + "".join(renamed))
 
 
-class _EinsumRules(tuple):
-    def __getitem__(self, position):
-        return _einsum_vjp(position)
+def _einsum_fused_vjp(g, ans, operands, params, parents):
+    """One cotangent per traced operand, for any number of operands."""
+    return [_einsum_vjp(position)(g, ans, *operands, **params) for position, _ in parents]
 
 
-einsum = defprim(_einsum, name="einsum")
-einsum.vjp = _EinsumRules()
-einsum.keep_args = None
-einsum.keep_ans = False
+einsum = defprim(_einsum, (), name="einsum")
+einsum.fused_vjp = _einsum_fused_vjp
 
 
 def vdot(a, b):

@@ -77,10 +77,8 @@ def _stack_vjp(g, ans, arrays, params, parents):
 
 concatenate = defprim(_concatenate, (), name="concatenate")
 concatenate.fused_vjp = _concatenate_vjp
-concatenate.keep_args = None
 stack = defprim(_stack, (), name="stack")
 stack.fused_vjp = _stack_vjp
-stack.keep_args = None
 
 
 # --- indexing ------------------------------------------------------------------------------------
