@@ -15,8 +15,8 @@ from .core.errors import (LeakedTracerError, NoDerivativeError, NonDifferentiabl
 from .core.trace import Tracer
 from .transforms.check import check_grads
 from .profiling import profile
-from .transforms.reverse import grad, hessian, jacobian, jacrev, value_and_grad, vjp
-from .transforms.forward import hvp, jacfwd, jvp, linearize
+from .transforms.reverse import grad, jacobian, value_and_grad, vjp
+from .transforms.forward import hessian, hvp, jacfwd, jacrev, jvp, linearize
 from .transforms.batching import vmap
 from .transforms.custom import CustomGradientError, custom_vjp, op
 from .transforms.extras import checkpoint, elementwise_grad

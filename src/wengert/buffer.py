@@ -73,7 +73,7 @@ class Buffer:
             trace = value._trace
             if self._trace is None:
                 self._trace = trace
-            if trace is not self._trace or type(value.value) is Tracer:
+            if trace is not self._trace or type(value.value) is Tracer or trace.forward:
                 self._go_functional()
                 self[index] = value
                 return

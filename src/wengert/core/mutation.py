@@ -71,6 +71,8 @@ def check_not_stale(trace, args, prim):
 def write_in_place(x, index, value, write_prim):
     """``x[index] = value`` for a tracer ``x``: mutate its memory and record the write."""
     trace = x._trace
+    if trace.forward:
+        return trace.write(x, index, value)
     if type(x.value) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
         raise InPlaceWriteError(
             "In-place writes are supported under a single transform only (not inside grad of grad). "

@@ -33,7 +33,10 @@ class Trace:
         self.saved = None     # id(base array) -> name of a primitive that saved it (see mutation.py)
         self.scanned = 0      # how much of the tape ``saved`` covers
 
-    batched = False  # a vmap level (transforms/batching.py): bind hands its operations to ``process``
+    # A trace that computes instead of recording: bind hands its operations to ``process``
+    # (``processes``), a vmap level (``batched``, transforms/batching.py) or a forward-mode level
+    # (``forward``, transforms/forward.py).
+    processes = batched = forward = False
 
 
 # A tape entry is a plain tuple (cheaper to build than an object):
@@ -50,13 +53,13 @@ class Tracer:
     ``wengert.numpy``, so the engine stays independent of the NumPy face.
     """
 
-    __slots__ = ("value", "_trace", "index")
+    __slots__ = ("value", "_trace", "index", "tangent")
     __array_priority__ = 1000.0
 
     def __init__(self, value, trace, index):
         self.value = value
         self._trace = trace
-        self.index = index
+        self.index = index   # on a forward-mode level: when it was made (see core/mutation.py)
 
 
 _depth = [0]
@@ -143,22 +146,28 @@ class Primitive:
     positional argument, ``rule(g, ans, *args, **params) -> cotangent for that argument`` (``None``
     for arguments that are never differentiated). A primitive with many operands (concatenate,
     stack, Buffer snapshots) may instead give ``fused_vjp(g, ans, args, params, parents)``, which
-    returns the cotangents of all traced operands at once, in the order of ``parents``. Rules are written with wengert operations, so a
+    returns the cotangents of all traced operands at once, in the order of ``parents``. Forward
+    mode reads ``jvp`` (one rule per argument, ``rule(t, ans, *args, **params)``: that argument's
+    share of the output's tangent), ``fused_jvp(tangents, ans, args, params)`` (``None`` for
+    arguments without a tangent) or ``linear``. Rules are written with wengert operations, so a
     backward pass run under an outer transform is itself recorded.
 
     The rules are read once, here, to find which of ``ans`` and the arguments they use; a node keeps
     only those, so intermediates that no rule needs are freed during the forward pass.
     """
 
-    __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "batch", "keep_ans", "_keep_args",
-                 "value_args", "multiple_results", "records", "drop_args", "owned_vjp")
+    __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "fused_jvp", "linear", "batch", "keep_ans",
+                 "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp")
 
-    def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None):
+    def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None,
+                 fused_jvp=None, linear=False):
         self.name = name
         self.impl = impl
         self.vjp = vjp
         self.fused_vjp = fused_vjp
-        self.jvp = jvp
+        self.jvp = jvp                # one rule per argument: rule(t, ans, *args, **params) -> J_i t
+        self.fused_jvp = fused_jvp    # or one rule for all: fused_jvp(tangents, ans, args, params)
+        self.linear = linear          # or linear in its arrays: the JVP is the primitive of the tangents
         self.batch = batch
         self.multiple_results = multiple_results
         self.owned_vjp = None  # optional fused_vjp that may reuse ``g`` when the backward pass owns it
@@ -304,8 +313,8 @@ def bind(prim, args, params):
                 parents.append((i, a.index))
         parents = tuple(parents)
     if trace.guard is not None:
-        if trace.batched:
-            return trace.process(prim, vals, parents, params)
+        if trace.processes:
+            return trace.process(prim, args, vals, parents, params)
         trace.guard(trace, args, prim)
     for v in vals:
         if type(v) is Tracer:

@@ -14,13 +14,28 @@ PRIMITIVES = {}
 BATCHING = [None]  # set by vmap (transforms/batching.py) while it runs: nondiff's hook for batched values
 
 
-def defprim(impl, vjp=None, name=None, multiple_results=False):
-    """Declare a primitive. ``vjp`` is one rule (unary) or a tuple of rules, one per argument."""
+def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=False):
+    """Declare a primitive. ``vjp`` and ``jvp`` are one rule (unary) or a tuple of rules, one per
+    argument. ``linear=True`` says the primitive is linear in its array arguments, so its JVP is
+    the primitive itself applied to the tangents (reshape, sum, getitem, ...)."""
     if vjp is not None and not isinstance(vjp, tuple):
         vjp = (vjp,)
-    prim = Primitive(name or impl.__name__, impl, vjp=vjp, multiple_results=multiple_results)
+    if jvp is not None and not isinstance(jvp, tuple):
+        jvp = (jvp,)
+    prim = Primitive(name or impl.__name__, impl, vjp=vjp, jvp=jvp, linear=linear,
+                     multiple_results=multiple_results)
     PRIMITIVES[prim.name] = prim
     return prim
+
+
+def defunary(impl, rule, name=None):
+    """An elementwise function of one array, ``rule(g, ans, x) = g * f'(x)``.
+
+    Its Jacobian is diagonal, so ``J^T g`` and ``J t`` are the same product: the one rule serves
+    as VJP and JVP. (Also for complex ``x`` when ``f`` is holomorphic, under JAX's convention:
+    docs/complex.md. Non-holomorphic functions such as ``abs`` declare the two rules apart.)
+    """
+    return defprim(impl, rule, name=name, jvp=rule)
 
 
 def unbox_all(x):

@@ -45,13 +45,13 @@ def _never(trace, args, prim):  # pragma: no cover - bind calls ``process`` inst
     raise AssertionError
 
 
-_OPEN_BATCH_LEVELS = set()
+_COMPUTING_LEVELS = set()  # open vmap and jvp levels: they record nothing, so nesting them is safe
 _CURRENT = [None]  # the batch trace whose rule is running
 
 
 class BatchTrace(Trace):
     __slots__ = ("size",)
-    batched = True
+    processes = batched = True
 
     def __init__(self, level, size):
         super().__init__(level)
@@ -59,11 +59,11 @@ class BatchTrace(Trace):
         self.size = size
         self.guard = _never   # non-None: bind's rare path, which checks ``batched``
 
-    def process(self, prim, vals, parents, params):
+    def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
         top = _depth[0]
-        if top > self.level and any(l not in _OPEN_BATCH_LEVELS for l in range(self.level + 1, top + 1)):
+        if top > self.level and any(l not in _COMPUTING_LEVELS for l in range(self.level + 1, top + 1)):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function differentiates "
                             f"batched values ({prim.name})")
         batched = [False] * len(vals)
@@ -682,7 +682,7 @@ def _finish_batched(grads, out_axes):
 def _run_batched(f, flat, size, out_axes):
     _depth[0] += 1
     trace = BatchTrace(_depth[0], size)
-    _OPEN_BATCH_LEVELS.add(trace.level)
+    _COMPUTING_LEVELS.add(trace.level)
     hook = _table.BATCHING
     previous = hook[0]
     hook[0] = _nondiff_batched
@@ -694,7 +694,7 @@ def _run_batched(f, flat, size, out_axes):
         out = f(*args)
     finally:
         hook[0] = previous
-        _OPEN_BATCH_LEVELS.discard(trace.level)
+        _COMPUTING_LEVELS.discard(trace.level)
         close_trace(trace)
     return _finish(out, trace, size, out_axes)
 

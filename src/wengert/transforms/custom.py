@@ -60,6 +60,49 @@ def _custom_vjp_rule(g, ans, args, params, parents):
     return [leaves[position] for position, _ in parents]
 
 
+def _custom_jvp_rule(tangents, ans, args, params):
+    """Forward mode by transposing ``bwd``: it is linear in the cotangent ``g``, so the gradient in
+    ``g`` of ``<bwd(res, g), t>`` is ``J t``. That needs ``bwd`` written with wengert.numpy."""
+    fn, in_def, nondiff = params["spec"]
+    res, out_def, avals = params["box"]
+    from .. import numpy as wnp
+    from ..core.trace import _depth
+    from .reverse import grad
+    if isinstance(fn, op):
+        raise CustomGradientError(
+            f"{fn._describe()} has no forward mode (jvp, jacfwd, hvp, hessian): its pullback is plain "
+            "NumPy, which cannot be transposed. Write it with wengert.custom_vjp and a bwd in "
+            "wengert.numpy operations.")
+    floats = [k for k, a in enumerate(ans) if np.issubdtype(_dtype_of(a), np.inexact)]
+    rng = np.random.default_rng(0)  # bwd is linear in g: any g gives the same gradient
+    seeds = [rng.standard_normal(_shape_of(ans[k])).astype(_dtype_of(ans[k])) for k in floats]
+
+    def pairing(gs):
+        g = [np.zeros(_shape_of(a), _dtype_of(a)) for a in ans]
+        for k, gk in zip(floats, gs):
+            g[k] = gk
+        leaves = fn._check_cotangents(fn._bwd(nondiff, res, tree.unflatten(out_def, g)), in_def, avals)
+        level = _depth[0]
+        total = 0.0 * wnp.sum(gs[0]) if gs else 0.0
+        for k, (leaf, t) in enumerate(zip(leaves, tangents)):
+            if t is None or leaf is None:
+                continue
+            if not (type(leaf) is Tracer and leaf._trace.level == level) and np.any(unbox(leaf) != 0):
+                raise CustomGradientError(
+                    f"{fn._describe()}: forward mode (jvp, jacfwd, hvp, hessian) transposes "
+                    f"{fn._bwd_name}, but its cotangent for {fn._label(k)} does not depend on g as a traced "
+                    "value: write bwd with wengert.numpy operations (not numpy), so that it can be "
+                    "transposed.")
+            total = total + wnp.sum(leaf * t)
+        return total
+
+    t_float = grad(pairing)(seeds) if floats else []
+    out = [None] * len(ans)
+    for k, tk in zip(floats, t_float):
+        out[k] = tk
+    return tuple(out)
+
+
 class _CustomPrimitive(Primitive):
     """The primitive of one custom function. ``bind`` calls it with values that are themselves
     traced (an outer transform): then ``fwd`` runs on them, recorded by that outer transform."""
@@ -67,7 +110,8 @@ class _CustomPrimitive(Primitive):
     __slots__ = ()
 
     def __init__(self, name):
-        super().__init__(name, _custom_impl, multiple_results=True, fused_vjp=_custom_vjp_rule)
+        super().__init__(name, _custom_impl, multiple_results=True, fused_vjp=_custom_vjp_rule,
+                         fused_jvp=_custom_jvp_rule)
         self.value_args = ()
         self.drop_count(0)
 

@@ -313,10 +313,3 @@ def _stack(pieces):
         return wnp.stack(pieces)
     return np.stack([np.asarray(p) for p in pieces])
 
-
-jacrev = jacobian
-
-
-def hessian(f, argnums=0):
-    """The matrix of second derivatives of scalar ``f``: the Jacobian of its gradient."""
-    return jacobian(jacobian(f, argnums), argnums)
