@@ -110,3 +110,146 @@ def test_check_grads_fwd_catches_a_wrong_rule():
     bad.defvjp(lambda x: (wnp.sin(x), x), lambda x, g: (g * 2 * wnp.cos(x),))
     with pytest.raises(AssertionError, match="forward mode"):
         wg.check_grads(bad, (np.array([0.3, 0.4]),), modes=("fwd",))
+
+
+# --- the forward trace: one pass, no tape ----------------------------------------------------------
+def test_jvp_runs_the_function_once():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return wnp.exp(x) * x
+
+    x, t = np.array([0.1, 0.2]), np.array([1.0, -1.0])
+    _, tout = wg.jvp(f, (x,), (t,))
+    np.testing.assert_allclose(tout, np.exp(x) * (1 + x) * t)
+    assert len(calls) == 1
+
+
+def test_jvp_keeps_the_primal_dtype():
+    x = np.linspace(0.1, 1.0, 4, dtype=np.float32)
+    out, t = wg.jvp(lambda x: wnp.sin(x) * 2.0, (x,), (np.ones(4, np.float32),))
+    assert out.dtype == np.float32 and t.dtype == np.float32
+
+
+def test_jvp_refuses_integer_primals_naming_the_argument():
+    with pytest.raises(wg.NonDifferentiableInputError, match=r"argument 1 \(n\)"):
+        wg.jvp(lambda x, n: x * n, (np.ones(2), np.arange(2)), (np.ones(2), np.ones(2)))
+
+
+def test_leaked_forward_tracer_is_refused():
+    kept = []
+    wg.jvp(lambda x: kept.append(x) or wnp.sin(x), (np.ones(2),), (np.ones(2),))
+    with pytest.raises(wg.LeakedTracerError):
+        wnp.cos(kept[0])
+
+
+def test_jvp_of_vmap_and_vmap_of_jvp_agree_with_a_loop():
+    rng = np.random.default_rng(3)
+    xs, ts = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    f = lambda x: wnp.sum(wnp.tanh(x) * x[::-1]) * x
+    expected = np.stack([wg.jvp(f, (x,), (t,))[1] for x, t in zip(xs, ts)])
+    inner = wg.jvp(wg.vmap(f), (xs,), (ts,))[1]
+    outer = wg.vmap(lambda x, t: wg.jvp(f, (x,), (t,))[1])(xs, ts)
+    np.testing.assert_allclose(inner, expected, rtol=1e-12)
+    np.testing.assert_allclose(outer, expected, rtol=1e-12)
+
+
+def test_jacfwd_is_one_batched_jvp_without_warnings():
+    import warnings
+    f = lambda x: wnp.cumsum(wnp.exp(x) * x[0])
+    x = np.array([0.3, -0.2, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(wg.jacfwd(f)(x), wg.jacobian(f)(x), rtol=1e-12)
+
+
+def test_hessian_is_forward_over_reverse_and_matches_reverse_over_reverse():
+    import warnings
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal(3), rng.standard_normal((2, 2))
+    f = lambda a, b: wnp.sum(wnp.sin(a) ** 2) * wnp.sum(b ** 3) + wnp.sum(a[:2] @ b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fwd = wg.hessian(f, argnums=(0, 1))(a, b)
+    rev = wg.jacobian(wg.jacobian(f, argnums=(0, 1)), argnums=(0, 1))(a, b)
+    for i in range(2):
+        for j in range(2):
+            assert np.shape(fwd[i][j]) == np.shape(rev[i][j])
+            np.testing.assert_allclose(fwd[i][j], rev[i][j], rtol=1e-10, atol=1e-12)
+
+
+def test_in_place_writes_under_jvp_match_finite_differences():
+    def f(x):
+        y = x * 1.0
+        y[1:] = wnp.sin(x[:-1])
+        y[0] *= 3.0
+        return y * x
+
+    wg.check_grads(f, (np.array([0.3, -0.7, 1.1, 0.2]),), modes=("fwd", "rev"))
+
+
+def test_in_place_write_into_a_jvp_input_is_refused():
+    def f(x):
+        x[0] = 0.0
+        return x
+
+    with pytest.raises(wg.InPlaceWriteError, match="input"):
+        wg.jvp(f, (np.ones(3),), (np.ones(3),))
+
+
+def test_view_used_after_a_write_is_refused_under_jvp():
+    def f(x):
+        y = x * 2.0
+        view = y[:2]
+        y[0] = 5.0
+        return view * 1.0
+
+    with pytest.raises(wg.InPlaceWriteError, match="view"):
+        wg.jvp(f, (np.ones(3),), (np.ones(3),))
+
+
+def test_buffer_under_jvp():
+    def f(x):
+        buf = wg.Buffer.zeros((3, 2))
+        for i in range(3):
+            buf[i] = x[i] * x[:2]
+        buf[1, 0] = 7.0
+        return wnp.sum(wnp.sin(buf.freeze()), axis=1)
+
+    wg.check_grads(f, (np.array([0.3, -0.5, 0.8]),), modes=("fwd", "rev"))
+
+
+def test_custom_vjp_forward_mode_transposes_bwd():
+    @wg.custom_vjp
+    def f(x, y):
+        return wnp.sin(x) * y
+
+    f.defvjp(lambda x, y: (wnp.sin(x) * y, (x, y)),
+             lambda res, g: (g * wnp.cos(res[0]) * res[1], g * wnp.sin(res[0])))
+    wg.check_grads(f, (np.array([0.2, 0.9]), np.array([1.5, -0.4])), modes=("fwd", "rev"))
+    wg.check_grads(lambda x: wg.grad(lambda x: wnp.sum(f(x, x)))(x), (np.array([0.2, 0.9]),),
+                   modes=("fwd",))
+
+
+def test_custom_vjp_with_a_numpy_bwd_has_no_silent_forward_mode():
+    @wg.custom_vjp
+    def scaled(x):
+        return x * 2.0
+
+    def numpy_bwd(res, g):  # reads the plain values: fine for grad, not transposable
+        return (np.asarray(g.value if isinstance(g, wg.Tracer) else g) * 2.0,)
+
+    scaled.defvjp(lambda x: (x * 2.0, None), numpy_bwd)
+    np.testing.assert_allclose(wg.grad(lambda x: wnp.sum(scaled(x)))(np.ones(2)), [2.0, 2.0])
+    with pytest.raises(wg.CustomGradientError, match="scaled.*wengert.numpy"):
+        wg.jvp(scaled, (np.ones(2),), (np.ones(2),))
+
+
+def test_op_says_it_has_no_forward_mode():
+    @wg.op
+    def double(x):
+        return x * 2, lambda g: 2 * g
+
+    with pytest.raises(wg.CustomGradientError, match="double.*forward mode"):
+        wg.jvp(lambda x: double(x), (np.ones(2),), (np.ones(2),))

@@ -48,6 +48,8 @@ class Buffer:
         self._parents = []
         self._frozen = False
         self._functional = None
+        if self._trace is not None and self._trace.forward:
+            self._functional = initial  # a forward level has no tape: functional updates from the start
 
     @classmethod
     def zeros(cls, shape, dtype=np.float64):
@@ -138,8 +140,12 @@ class Buffer:
         return self._base
 
     def _go_functional(self):
-        """Switch to functional updates (needed when values of nested transforms are written)."""
-        self._functional = self._snapshot(final=False)
+        """Switch to functional updates (needed when values of nested transforms are written, and
+        under forward mode, whose level has no tape)."""
+        if self._trace.forward and self._base is None:
+            self._functional = self._data.copy()
+        else:
+            self._functional = self._snapshot(final=False)
 
 
 class _IndexUpdates:
