@@ -214,7 +214,10 @@ def _jvp_leaves(f, primal_leaves, tangent_leaves, rebuild):
     for leaf in out_leaves:
         if type(leaf) is Tracer and leaf._trace is trace:
             values.append(leaf.value)
-            tangents.append(leaf.tangent)
+            t = leaf.tangent
+            if type(t) is np.ndarray and not t.ndim and not isinstance(leaf.value, np.ndarray):
+                t = t[()]  # a scalar output gets a scalar tangent
+            tangents.append(t)
         else:
             values.append(leaf)
             tangents.append(_zeros_like(leaf))
