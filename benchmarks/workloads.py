@@ -94,6 +94,24 @@ def w1_code(np, Buffer=None):
     return {"vectorized": vectorized, "loop": loop}
 
 
+def w1_vmap_code(np, Buffer=None):
+    """W1 as issue 6 recommends: the kernel for two vectors, mapped with wengert.vmap over the
+    columns of b, the columns of a and the batch (no Python loop). wengert only."""
+    import wengert as wg
+    softmax = softmax_code(np)
+
+    def cosinesim(u, v):
+        return np.dot(u, v) / (np.sqrt(np.sum(u ** 2)) * np.sqrt(np.sum(v ** 2)))
+
+    pairwise = wg.vmap(wg.vmap(wg.vmap(cosinesim, in_axes=(1, None)), in_axes=(None, 1), out_axes=1),
+                       in_axes=(2, 2), out_axes=2)
+
+    def vmapped(a, b, wts):
+        return np.sum(softmax(pairwise(b, a), axis=0) * wts)
+
+    return {"vmap": vmapped}
+
+
 def w1_hand_matmul(a, b, wts):
     """Value and gradient of sum(softmax_i(cos(b[:, i, k], a[:, j, k])) * wts), by hand.
 
@@ -311,6 +329,7 @@ class Row:
     argnums: tuple                  # which arguments are differentiated
     hand_args: tuple = None         # inputs of ``hand`` when they differ (W2: glued xt)
     loop_iterations: int = 0        # Python-level loop trips of the formulation (0: vectorized)
+    wengert_only: bool = False      # a formulation only wengert has (vmap): no peers
     notes: list = field(default_factory=list)
 
     @property
@@ -342,6 +361,7 @@ def w1_rows(quick):
         for form in ("vectorized", "loop"):
             rows.append(Row("W1", label, form, w1_code, hand, (a, b, wts), (0, 1),
                             loop_iterations=N * R * B if form == "loop" else 0))
+        rows.append(Row("W1", label, "vmap", w1_vmap_code, hand, (a, b, wts), (0, 1), wengert_only=True))
     return rows
 
 

@@ -19,9 +19,9 @@ def test_benchmark_suite_quick(tmp_path):
     results = json.loads(out.read_text())
     rows = results["rows"]
     seen = {(r["workload"], r["formulation"]) for r in rows}
-    assert seen == {("W1", "vectorized"), ("W1", "loop"), ("W2", "diagmatmul"), ("W2", "colwise"),
+    assert seen == {("W1", "vectorized"), ("W1", "loop"), ("W1", "vmap"), ("W2", "diagmatmul"), ("W2", "colwise"),
                     ("W2", "glued"), ("W3", "log(softmax)"), ("W3", "logsumexp"), ("W4", "record")}
-    assert len(rows) == 13
+    assert len(rows) == 15
     bad = {r["name"]: r["checks"]["wengert"] for r in rows if r["checks"]["wengert"] != "ok"}
     assert not bad, bad
     assert all(r["notes"]["wengert_max_rel_error"] < 1e-3 for r in rows)
