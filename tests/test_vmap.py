@@ -227,3 +227,153 @@ def test_vmap_of_grad_nested_and_non_scalar():
             wg.vmap(wg.grad(lambda s: s * 2))(x)
     g = wg.grad(lambda x: wnp.sum(wg.vmap(wg.grad(lambda s: wnp.sum(wnp.sin(s))))(x)))(x)
     np.testing.assert_allclose(g, -np.sin(x))
+
+
+# --- fused nested vmaps (an inner vmap on values of the open batch level runs at that level) ---
+def _fused_count(monkeypatch):
+    from wengert.transforms import batching
+    counts = {"fused": 0, "unfused": 0}
+    orig = batching._run_fused
+
+    def spy(*a):
+        try:
+            out = orig(*a)
+        except batching._Unfuse:
+            counts["unfused"] += 1
+            raise
+        counts["fused"] += 1
+        return out
+
+    monkeypatch.setattr(batching, "_run_fused", spy)
+    return counts
+
+
+@pytest.mark.parametrize("name", [n for n in CASE_IDS if n not in RAGGED])
+def test_nested_vmap_of_every_table_row_equals_a_double_loop(name):
+    """vmap(vmap(fn)) fuses the inner level (or falls back to an unfused one): same values."""
+    fn, specs = CASES[name]
+    rng = rng_for(name)
+    ex = [[[s.draw(rng) if isinstance(s, Arg) else s for s in specs] for _ in range(2)] for _ in range(3)]
+    batched = [isinstance(s, Arg) for s in specs]
+    args = [np.stack([np.stack([e[j][i] for j in range(2)]) for e in ex]) if b else specs[i]
+            for i, b in enumerate(batched)]
+    axes = tuple(0 if b else None for b in batched)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = wg.vmap(wg.vmap(fn, in_axes=axes), in_axes=axes)(*args)
+    leaves = wg.tree.flatten(out)[0]
+    for k, leaf in enumerate(leaves):
+        expected = np.stack([np.stack([np.asarray(wg.tree.flatten(fn(*e[j]))[0][k]) for j in range(2)])
+                             for e in ex])
+        assert np.shape(leaf) == expected.shape
+        np.testing.assert_allclose(leaf, expected, rtol=1e-12, atol=1e-12)
+
+
+def _cos(u, v):
+    return wnp.dot(u, v) / (wnp.sqrt(wnp.sum(u ** 2)) * wnp.sqrt(wnp.sum(v ** 2)))
+
+
+@pytest.mark.parametrize("b_size", [3, 70])  # 70: past the matmul batch limit, einsum instead
+def test_fused_seed_cosine_similarity_and_both_grad_orders(monkeypatch, b_size):
+    from wengert.transforms import batching
+    rng = np.random.default_rng(7)
+    a, b = rng.random((6, 4, b_size)), rng.random((6, 5, b_size))
+    pair = wg.vmap(wg.vmap(wg.vmap(_cos, in_axes=(1, None)), in_axes=(None, 1), out_axes=1),
+                   in_axes=(2, 2), out_axes=2)
+    counts = _fused_count(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        S = pair(b, a)
+    assert counts == {"fused": 2, "unfused": 0}
+    ref = np.array([[[_cos(b[:, i, k], a[:, j, k]) for k in range(b_size)] for j in range(4)]
+                    for i in range(5)])
+    np.testing.assert_allclose(S, ref, rtol=1e-12)
+    w = rng.standard_normal(S.shape)
+
+    def loss(a, b):
+        return wnp.sum(pair(b, a) * w)
+
+    monkeypatch.setattr(batching, "FUSE", False)
+    ga_ref, gb_ref = wg.grad(loss, argnums=(0, 1))(a, b)
+    monkeypatch.setattr(batching, "FUSE", True)
+    ga, gb = wg.grad(loss, argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(ga, ga_ref, rtol=1e-10)
+    np.testing.assert_allclose(gb, gb_ref, rtol=1e-10)
+    if b_size == 3:
+        wg.check_grads(loss, (a, b), order=1)
+        # vmap of grad inside a vmap: per-example gradients of each column pair
+        g = wg.vmap(wg.vmap(wg.grad(_cos), in_axes=(1, None)), in_axes=(None, 1))(b[..., 0], a[..., 0])
+        for j in range(4):
+            for i in range(5):
+                np.testing.assert_allclose(g[j, i], wg.grad(_cos)(b[:, i, 0], a[:, j, 0]), rtol=1e-12)
+
+
+def test_fused_vmap_axes_closures_and_broadcast_outputs(monkeypatch):
+    rng = np.random.default_rng(8)
+    x, y, c = rng.standard_normal((3, 4, 5)), rng.standard_normal((5, 3)), rng.standard_normal(4)
+    counts = _fused_count(monkeypatch)
+
+    def outer(xi, yi):  # xi (4, 5) -> its columns; yi (5,) is unbatched in the inner vmap
+        inner = wg.vmap(lambda col, row: wnp.tanh(col * c) @ wnp.ones(4) + row * wnp.sum(xi) + wnp.max(col),
+                        in_axes=(-1, None), out_axes=0)
+        return inner(xi, yi)
+
+    out = wg.vmap(outer, in_axes=(0, 1), out_axes=-1)(x, y)
+    ref = np.stack([np.stack([np.tanh(x[i][:, k] * c) @ np.ones(4) + y[:, i] * np.sum(x[i]) + np.max(x[i][:, k])
+                              for k in range(5)]) for i in range(3)], axis=-1)
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+    assert counts["fused"] == 1
+
+    # an inner output that does not vary along the outer axis is broadcast along it; out_axes=1
+    e = rng.standard_normal((2, 3))
+    f = wg.vmap(lambda r: wg.vmap(lambda e, s: wnp.sin(e) * 2.0, in_axes=(0, None), out_axes=1)(e, r))
+    np.testing.assert_allclose(f(y), np.broadcast_to((np.sin(e) * 2.0).T, (5, 3, 2)), rtol=1e-12)
+    assert counts["fused"] == 2
+
+
+def test_unfusable_inner_run_falls_back_to_its_own_level(monkeypatch):
+    """An operation the fused level has no rule for (concatenate, a batched index, an unbatched
+    output) reruns the inner vmap as its own level: same answer, no loop warning."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 4, 2))
+    counts = _fused_count(monkeypatch)
+
+    def inner(v):
+        return wnp.concatenate([v, v * 2.0])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(wg.vmap(inner, in_axes=1))(x)
+    np.testing.assert_allclose(out, np.stack([np.stack([inner(x[i][:, k]) for k in range(2)]) for i in range(3)]))
+    assert counts["unfused"] == 1
+    idx = np.array([[0, 1], [1, 0], [0, 0]])
+    out = wg.vmap(lambda r, i: wg.vmap(lambda v: v[i])(r))(x, idx)
+    np.testing.assert_allclose(out, np.stack([x[k][:, idx[k]] for k in range(3)]))
+    from wengert.transforms import batching
+    f = wg.vmap(lambda r: wg.vmap(lambda v: v * 2.0, out_axes=None)(r))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fused = f(x)
+        monkeypatch.setattr(batching, "FUSE", False)
+        np.testing.assert_array_equal(fused, f(x))  # out_axes=None: the unfused run's answer
+
+
+def test_fused_vmap_under_grad_and_jvp_matches_unfused(monkeypatch):
+    from wengert.transforms import batching
+    rng = np.random.default_rng(10)
+    w = rng.standard_normal((4, 3))
+    xs = rng.standard_normal((5, 2, 3))
+
+    def model(w, xs):
+        per = wg.vmap(lambda xb: wg.vmap(lambda x: wnp.sum(wnp.tanh(w @ x) ** 2))(xb))
+        return wnp.sum(per(xs))
+
+    monkeypatch.setattr(batching, "FUSE", False)
+    g_ref = wg.grad(model)(w, xs)
+    t_ref = wg.jvp(lambda w: model(w, xs), (w,), (np.ones_like(w),))
+    monkeypatch.setattr(batching, "FUSE", True)
+    np.testing.assert_allclose(wg.grad(model)(w, xs), g_ref, rtol=1e-12)
+    t = wg.jvp(lambda w: model(w, xs), (w,), (np.ones_like(w),))
+    np.testing.assert_allclose(t[0], t_ref[0], rtol=1e-12)
+    np.testing.assert_allclose(t[1], t_ref[1], rtol=1e-12)
+    wg.check_grads(model, (w, xs), order=2)

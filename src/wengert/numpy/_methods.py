@@ -151,7 +151,7 @@ def _shape(self):
     value = self.value
     t = type(value)
     shape = value.shape if t is Tracer or t is np.ndarray else np.shape(value)
-    return shape[1:] if self._trace.batched else shape  # a vmap level: the shape of one example
+    return shape[self._trace.batched:]  # a vmap level (batched = its number of batch axes): one example
 
 
 def _concrete(self):

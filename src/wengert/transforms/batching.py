@@ -50,13 +50,18 @@ _CURRENT = [None]  # the batch trace whose rule is running
 
 
 class BatchTrace(Trace):
-    __slots__ = ("size",)
+    """A vmap level: its tracers' values carry the batch on axis 0 (``nb`` = 1 leading batch axis)."""
+
+    __slots__ = ("size", "parent", "chain")
     processes = batched = True
+    nb = 1
 
     def __init__(self, level, size):
         super().__init__(level)
         self.tape = _NoTape()
         self.size = size
+        self.parent = None
+        self.chain = frozenset()  # the batch levels this one was fused with (see FusedBatchTrace)
         self.guard = _never   # non-None: bind's rare path, which checks ``batched``
 
     def process(self, prim, args, vals, parents, params):
@@ -475,6 +480,8 @@ def _at_level(x, trace):
     while type(y) is Tracer:
         if y._trace is trace:
             return y.value, True
+        if y._trace in trace.chain:  # a level fused into ``trace``: its value in trace's layout
+            return _lift(y, trace), True
         if y._trace.batched and y._trace.level < trace.level:
             break
         y = y.value
@@ -492,10 +499,13 @@ def _nondiff_batched(call, fn, args, kwargs):
     pairs = [_at_level(a, trace) for a in args]
     kw_pairs = {k: _at_level(v, trace) for k, v in kwargs.items()}
     size = trace.size
+    nb = trace.nb
     if (isinstance(fn, np.ufunc) or fn in _ELEMENTWISE_PLAIN) and not any(b for _, b in kw_pairs.values()):
-        rank = max((_ndim(v) - b for v, b in pairs), default=0)
-        new = [_pad_rank(v, rank) if b else v for v, b in pairs]
+        rank = max((_ndim(v) - nb * b for v, b in pairs), default=0)
+        new = [_pad_at(v, nb, rank - (_ndim(v) - nb)) if b else v for v, b in pairs]
         out = call(*new, **{k: v for k, (v, _) in kw_pairs.items()})
+    elif nb > 1:
+        raise _Unfuse(getattr(fn, "__name__", "a function"))
     else:
         outs = []
         for i in range(size):
@@ -518,6 +528,392 @@ def concrete(x):
     return x
 
 
+# --- fused nested vmaps ----------------------------------------------------------------------------
+# ``vmap(g)`` called inside a vmapped function, on values of the innermost open batch level P,
+# does not open a level whose rules would pass every operation down through P's rules again.
+# It opens a FusedBatchTrace: one level whose values carry P's batch axes and then its own, so
+# each operation is one rule call whatever the nesting depth. A value that does not vary along
+# one of those axes has size 1 there (a broadcasting view, never materialized): an operand of P
+# met at the fused level is reshaped to its layout (``_lift``), and NumPy's broadcasting does the
+# rest. Only a subset of the rules is written for several batch axes; anything else (and any
+# NeedsLoop) aborts the fused run, and ``vmap`` runs the function again as an ordinary nested
+# level: the fused path is an optimization that is either taken whole or not at all.
+
+_OPEN = []  # the open batch levels, innermost last
+FUSE = True  # False: every vmap opens its own level (for comparisons and tests)
+
+
+class _Unfuse(Exception):
+    """The fused run cannot express this: run the inner vmap as its own level instead."""
+
+
+class FusedBatchTrace(BatchTrace):
+    """A vmap level fused with the levels ``chain`` below it: values have ``nb`` leading batch axes
+    (``parent``'s, then this vmap's), each of full size or 1."""
+
+    __slots__ = ()
+
+    def __init__(self, level, size, parent):
+        super().__init__(level, size)
+        self.parent = parent
+        self.chain = parent.chain | {parent}
+
+    def process(self, prim, args, vals, parents, params):
+        if not self.alive:
+            raise LeakedTracerError(prim.name)
+        top = _depth[0]
+        if top > self.level and any(l not in _COMPUTING_LEVELS for l in range(self.level + 1, top + 1)):
+            raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function differentiates "
+                            f"batched values ({prim.name})")
+        rule = FUSED_RULES.get(prim)
+        if rule is None or prim.batch is not None:
+            raise _Unfuse(prim.name)
+        if len(parents) == 1:
+            batched = [False] * len(vals)
+            batched[parents[0][0]] = True
+        else:
+            batched = [False] * len(vals)
+            for position, _ in parents:
+                batched[position] = True
+        chain = self.chain
+        if chain:
+            for i, v in enumerate(vals):
+                if type(v) is Tracer and v._trace in chain:
+                    vals[i] = _lift(v, self)
+                    batched[i] = True
+        out = rule(prim, vals, batched, params, self.nb)
+        if out is NotImplemented:
+            raise _Unfuse(prim.name)
+        if prim.multiple_results:
+            return tuple(_wrap(o, self) for o in out)
+        return _wrap(out, self)
+
+
+_FUSED_CLASSES = {}
+
+
+def _fused_class(nb):
+    cls = _FUSED_CLASSES.get(nb)
+    if cls is None:
+        cls = _FUSED_CLASSES[nb] = type(f"FusedBatchTrace{nb}", (FusedBatchTrace,),
+                                        {"__slots__": (), "nb": nb, "batched": nb})
+    return cls
+
+
+def _lift(v, trace):
+    """The value of ``v`` (a tracer of one of ``trace``'s fused levels) in ``trace``'s layout."""
+    x = v.value
+    k = v._trace.nb
+    sh = tuple(_shape(x))
+    return _prims()[3].reshape(x, shape=sh[:k] + (1,) * (trace.nb - k) + sh[k:])
+
+
+def _fusable(flat, top):
+    for leaves, _, _ in flat:
+        for leaf in leaves:
+            if type(leaf) is Tracer and (leaf._trace is top or leaf._trace in top.chain):
+                return True
+    return False
+
+
+def _run_fused(f, flat, size, out_axes, parent):
+    S = _prims()[3]
+    k = parent.nb
+    _depth[0] += 1
+    trace = _fused_class(k + 1)(_depth[0], size, parent)
+    _COMPUTING_LEVELS.add(trace.level)
+    _OPEN.append(trace)
+    hook = _table.BATCHING
+    previous = hook[0]
+    hook[0] = _nondiff_batched
+    try:
+        args = []
+        for leaves, axes, treedef in flat:
+            wrapped = []
+            for leaf, ax in zip(leaves, axes):
+                if ax is not None:
+                    if type(leaf) is Tracer and leaf._trace is parent:
+                        leaf = _wrap(_move(leaf.value, k + ax, k), trace)
+                    elif type(leaf) is Tracer and leaf._trace in parent.chain:
+                        leaf = _wrap(_move(_lift(leaf, parent), k + ax, k), trace)
+                    else:
+                        x = _move(leaf, ax, 0)
+                        leaf = _wrap(S.reshape(x, shape=(1,) * k + tuple(_shape(x))), trace)
+                wrapped.append(leaf)
+            args.append(tree.unflatten(treedef, wrapped))
+        out = f(*args)
+        leaves, axes, treedef = _axes_for(out_axes, out, "out_axes")
+        result = []
+        for leaf, ax in zip(leaves, axes):
+            if ax is None or type(leaf) is not Tracer or leaf._trace is not trace:
+                raise _Unfuse("an output that is unbatched here, or out_axes None")
+            x = leaf.value
+            sh = tuple(_shape(x))
+            full = list(sh)
+            full[k] = size
+            if type(parent) is BatchTrace:  # an unfused level: its values have the full batch
+                full[0] = parent.size
+            full = tuple(full)
+            if full != sh:
+                x = S.broadcast_to(x, shape=full)
+            result.append(_wrap(_move(x, k, k + ax % (len(sh) - k)), parent))
+    finally:
+        hook[0] = previous
+        _OPEN.pop()
+        _COMPUTING_LEVELS.discard(trace.level)
+        close_trace(trace)
+    return tree.unflatten(treedef, result)
+
+
+def _pad_at(x, nb, missing):
+    """``x`` with ``missing`` ones inserted after its ``nb`` batch axes."""
+    if missing <= 0:
+        return x
+    sh = tuple(_shape(x))
+    return _prims()[3].reshape(x, shape=sh[:nb] + (1,) * missing + sh[nb:])
+
+
+def _axis_nb(axis, nd, nb):
+    if axis is None:
+        return tuple(range(nb, nb + nd))
+    if isinstance(axis, (tuple, list)):
+        return tuple(a % nd + nb for a in axis)
+    return axis % nd + nb
+
+
+_SCALARS = (int, float)
+
+
+def f_elementwise_rule(prim, vals, batched, params, nb):
+    if len(vals) == 1:
+        return prim(vals[0], **params)
+    if len(vals) == 2:
+        x, y = vals
+        if type(y) in _SCALARS or type(x) in _SCALARS:   # x ** 2, 1 / x: nothing to align
+            return prim(x, y, **params)
+        if batched[0] and batched[1] and len(_shape(x)) == len(_shape(y)):
+            return prim(x, y, **params)
+    ranks = [len(_shape(v)) - (nb if b else 0) for v, b in zip(vals, batched)]
+    rank = max(ranks)
+    new = [_pad_at(v, nb, rank - r) if b and r < rank else v for v, b, r in zip(vals, batched, ranks)]
+    return prim(*new, **params)
+
+
+def f_reduction_rule(prim, vals, batched, params, nb):
+    (x,) = vals
+    p = dict(params)
+    if "axis" in p or prim.name in ("sum", "max", "min", "prod"):
+        p["axis"] = _axis_nb(p.get("axis"), _ndim(x) - nb, nb)
+    return prim(x, **p)
+
+
+def f_scan_rule(prim, vals, batched, params, nb):
+    (x,) = vals
+    if params.get("axis") is None:
+        return NotImplemented
+    return prim(x, axis=params["axis"] % (_ndim(x) - nb) + nb)
+
+
+def f_axis_rule(prim, vals, batched, params, nb):
+    if prim.name.startswith("nn.") and params.get("axis") is None:
+        return NotImplemented
+    if any(v is not None for v in vals[1:]):
+        return NotImplemented
+    p = dict(params)
+    p["axis"] = _axis_nb(params.get("axis"), _ndim(vals[0]) - nb, nb)
+    return prim(*vals, **p)
+
+
+def f_reshape_rule(prim, vals, batched, params, nb):
+    shape = params["shape"]
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return prim(vals[0], shape=tuple(_shape(vals[0]))[:nb] + shape)
+
+
+def f_transpose_rule(prim, vals, batched, params, nb):
+    x = vals[0]
+    nd = _ndim(x) - nb
+    axes = params.get("axes")
+    axes = tuple(range(nd - 1 + nb, nb - 1, -1)) if axes is None else tuple(a % nd + nb for a in axes)
+    return prim(x, axes=tuple(range(nb)) + axes)
+
+
+def f_broadcast_to_rule(prim, vals, batched, params, nb):
+    shape = tuple(params["shape"]) if not isinstance(params["shape"], (int, np.integer)) else (params["shape"],)
+    x = vals[0]
+    x = _pad_at(x, nb, len(shape) - (_ndim(x) - nb))
+    return prim(x, shape=tuple(_shape(x))[:nb] + shape)
+
+
+def f_getitem_rule(prim, vals, batched, params, nb):
+    index = params["index"]
+    if _index_tracers(index):
+        return NotImplemented
+    index = _batched_index(index)
+    if index is None:
+        return NotImplemented
+    return prim(vals[0], index=(slice(None),) * (nb - 1) + index)
+
+
+def _einsum_fused(operands, batched, inputs, output, nb):
+    """One einsum with a letter per batch axis; an operand of size 1 along a batch axis drops that
+    letter (einsum does not broadcast), and the output gets a 1 there when no operand has it."""
+    C, _, _, S = _prims()
+    used = set("".join(inputs) + output)
+    free = [c for c in string.ascii_letters if c not in used]
+    if len(free) < nb:
+        return NotImplemented
+    letters = free[:nb]
+    present = [False] * nb
+    subs, new = [], []
+    for op, b, s in zip(operands, batched, inputs):
+        if b:
+            sh = tuple(_shape(op))
+            keep = [i for i in range(nb) if sh[i] != 1]
+            if len(keep) < nb:
+                op = S.reshape(op, shape=tuple(sh[i] for i in keep) + sh[nb:])
+            for i in keep:
+                present[i] = True
+            s = "".join(letters[i] for i in keep) + s
+        subs.append(s)
+        new.append(op)
+    lead = "".join(c for c, p in zip(letters, present) if p)
+    if len(new) == 2 and batched[0] and batched[1] and output == "" and len(inputs[0]) == 1 \
+            and inputs[0] == inputs[1]:
+        out = _dot_as_matmul(new, subs, lead)
+        if out is not None:
+            return out if len(lead) == nb else _unsqueeze(out, lead, present, nb)
+    out = C.einsum(*new, subscripts=",".join(subs) + "->" + lead + output)
+    return out if len(lead) == nb else _unsqueeze(out, lead, present, nb)
+
+
+def _unsqueeze(out, lead, present, nb):
+    sh = tuple(_shape(out))
+    it = iter(sh[:len(lead)])
+    return _prims()[3].reshape(out, shape=tuple(next(it) if p else 1 for p in present) + sh[len(lead):])
+
+
+# NumPy's matmul runs one small product per batch item: faster than einsum's loop for a few
+# items (seed 000: 16 items of (4, 64) @ (64, 16), 20 us against 80 us), slower for many (256
+# items: 700 us against 350 us).
+_MATMUL_MAX_BATCH = 64
+
+
+def _dot_as_matmul(ops, subs, lead):
+    """``einsum("XAk,XBk->XAB")`` (X: batch letters of both, A, B: at most one of either alone) as a
+    matmul, which uses BLAS where einsum loops: the pairwise dot products of nested vmaps. None
+    when the letters are not in that order."""
+    s0, s1 = subs[0][:-1], subs[1][:-1]
+    common = "".join(c for c in s0 if c in s1)
+    a0, a1 = s0[len(common):], s1[len(common):]
+    if s0[:len(common)] != common or s1[:len(common)] != common or len(a0) > 1 or len(a1) > 1:
+        return None
+    S, C = _prims()[3], _prims()[0]
+    x, y = ops
+    if lead == common + a0 + a1:
+        first, second, ex_first, ex_second = x, y, a0, a1
+    elif lead == common + a1 + a0:
+        first, second, ex_first, ex_second = y, x, a1, a0
+    else:
+        return None
+    k = len(common)
+    if int(np.prod(_shape(first)[:k], dtype=np.int64)) > _MATMUL_MAX_BATCH:
+        return None
+    if not ex_first:   # (X, k) -> (X, 1, k)
+        sh = tuple(_shape(first))
+        first = S.reshape(first, shape=sh[:k] + (1,) + sh[k:])
+    nd = _ndim(second)
+    if ex_second:      # (X, B, k) -> (X, k, B)
+        second = S.transpose(second, axes=tuple(range(k)) + (k + 1, k))
+    else:              # (X, k) -> (X, k, 1)
+        sh = tuple(_shape(second))
+        second = S.reshape(second, shape=sh + (1,))
+    out = C.matmul(first, second)
+    sh = tuple(_shape(out))
+    drop = sh[:k] + ((sh[k],) if ex_first else ()) + ((sh[k + 1],) if ex_second else ())
+    return out if drop == sh else S.reshape(out, shape=drop)
+
+
+def f_einsum_rule(prim, vals, batched, params, nb):
+    subscripts = params["subscripts"].replace(" ", "")
+    if "..." in subscripts or "->" not in subscripts:
+        return NotImplemented
+    inputs, output = subscripts.split("->")
+    return _einsum_fused(vals, batched, inputs.split(","), output, nb)
+
+
+def f_dot_rule(prim, vals, batched, params, nb):
+    a, b = vals
+    na, nb_ = _ndim(a) - nb * batched[0], _ndim(b) - nb * batched[1]
+    if na == 0 or nb_ == 0:
+        return f_elementwise_rule(_prims()[1].multiply, vals, batched, {}, nb)
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    sa = [next(letters) for _ in range(na)]
+    k = sa[-1]
+    sb = [k] if nb_ == 1 else [next(letters) for _ in range(nb_ - 2)] + [k, next(letters)]
+    out = sa[:-1] + [c for c in sb if c != k]
+    return _einsum_fused(vals, batched, ["".join(sa), "".join(sb)], "".join(out), nb)
+
+
+def f_tensordot_rule(prim, vals, batched, params, nb):
+    C = _prims()[0]
+    a, b = vals
+    na, nb_ = _ndim(a) - nb * batched[0], _ndim(b) - nb * batched[1]
+    axes_a, axes_b = C._tensordot_axes(params.get("axes", 2), na, nb_)
+    letters = iter(string.ascii_letters)
+    sa = [next(letters) for _ in range(na)]
+    sb = [None] * nb_
+    for i, j in zip(axes_a, axes_b):
+        sb[j] = sa[i]
+    sb = [c if c is not None else next(letters) for c in sb]
+    out = [c for i, c in enumerate(sa) if i not in axes_a] + [c for j, c in enumerate(sb) if j not in axes_b]
+    return _einsum_fused(vals, batched, ["".join(sa), "".join(sb)], "".join(out), nb)
+
+
+def f_matmul_rule(prim, vals, batched, params, nb):
+    S = _prims()[3]
+    a, b = vals
+    ba, bb = batched
+    na, nb_ = _ndim(a) - nb * ba, _ndim(b) - nb * bb
+    if na == 1 and nb_ == 1:
+        return _einsum_fused(vals, batched, ["i", "i"], "", nb)
+    squeeze_a = squeeze_b = False
+    if na == 1:
+        sh = tuple(_shape(a))
+        a = S.reshape(a, shape=sh[:-1] + (1, sh[-1]))
+        na, squeeze_a = 2, True
+    if nb_ == 1:
+        sh = tuple(_shape(b))
+        b = S.reshape(b, shape=sh + (1,))
+        nb_, squeeze_b = 2, True
+    rank = max(na, nb_)
+    if ba:
+        a = _pad_at(a, nb, rank - na)
+    if bb:
+        b = _pad_at(b, nb, rank - nb_)
+    out = prim(a, b)
+    sh = tuple(_shape(out))
+    if squeeze_b:
+        sh = sh[:-1]
+    if squeeze_a:
+        sh = sh[:-2] + sh[-1:] if not squeeze_b else sh[:-1]
+    if squeeze_a or squeeze_b:
+        out = S.reshape(out, shape=sh)
+    return out
+
+
+def f_unary_rule(prim, vals, batched, params, nb):
+    return prim(*vals, **params)
+
+
+FUSED_RULES = {}
+_FUSED_OF = {elementwise_rule: f_elementwise_rule, reduction_rule: f_reduction_rule, scan_rule: f_scan_rule,
+             axis_rule: f_axis_rule, reshape_rule: f_reshape_rule, transpose_rule: f_transpose_rule,
+             broadcast_to_rule: f_broadcast_to_rule, getitem_rule: f_getitem_rule, einsum_rule: f_einsum_rule,
+             dot_rule: f_dot_rule, tensordot_rule: f_tensordot_rule, matmul_rule: f_matmul_rule,
+             unary_rule: f_unary_rule}
+
+
 # --- vmap ----------------------------------------------------------------------------------------
 def _axis_at(axes, path, what):
     """The axis for the leaf at ``path`` in a pytree of axes; an int or None covers a whole subtree."""
@@ -535,6 +931,9 @@ def _axis_at(axes, path, what):
 
 def _axes_for(axes, arg, what):
     """Per-leaf axes for one argument: an int/None for all its leaves, or a matching pytree."""
+    t = type(arg)
+    if (t is Tracer or t is np.ndarray) and (axes is None or type(axes) is int):
+        return [arg], [axes], tree.LEAF   # the common case: one array, one axis
     pairs, treedef = tree.flatten_with_paths(arg)
     if isinstance(axes, _AxesTree):
         return [leaf for _, leaf in pairs], list(axes.axes), treedef
@@ -593,6 +992,13 @@ def vmap(f, in_axes=0, out_axes=0):
             done = _per_example_grad(spec[1], spec[2], flat, size, out_axes)
             if done is not None:
                 return done[0]
+        top = _OPEN[-1] if _OPEN else None
+        if FUSE and top is not None and top.level == _depth[0] and top.alive and _fusable(flat, top):
+            try:
+                return _run_fused(f, flat, size, out_axes, top)
+            except (_Unfuse, NeedsLoop, TypeError, ValueError, IndexError, NotImplementedError,
+                    NoDerivativeError):
+                pass  # the unfused run below gives the same answer, or the same error or warning
         try:
             return _run_batched(f, flat, size, out_axes)
         except NeedsLoop as e:
@@ -683,6 +1089,7 @@ def _run_batched(f, flat, size, out_axes):
     _depth[0] += 1
     trace = BatchTrace(_depth[0], size)
     _COMPUTING_LEVELS.add(trace.level)
+    _OPEN.append(trace)
     hook = _table.BATCHING
     previous = hook[0]
     hook[0] = _nondiff_batched
@@ -694,6 +1101,7 @@ def _run_batched(f, flat, size, out_axes):
         out = f(*args)
     finally:
         hook[0] = previous
+        _OPEN.pop()
         _COMPUTING_LEVELS.discard(trace.level)
         close_trace(trace)
     return _finish(out, trace, size, out_axes)
@@ -750,3 +1158,4 @@ def _index_axis(x, axis, i):
 
 
 _register()
+FUSED_RULES.update({p: _FUSED_OF[r] for p, r in RULES.items() if r in _FUSED_OF})
