@@ -167,6 +167,8 @@ def _fit(t, ans):
     """A rule's tangent as the output's: its shape (broadcast) and dtype; None for integer outputs."""
     if t is None:
         return None
+    if type(t) is np.ndarray and type(ans) is np.ndarray and t.shape == ans.shape and t.dtype == ans.dtype:
+        return t if ans.dtype.kind in "fc" else None
     dtype = _dtype(ans)
     if not np.issubdtype(dtype, np.inexact):
         return None
