@@ -377,3 +377,41 @@ def test_fused_vmap_under_grad_and_jvp_matches_unfused(monkeypatch):
     np.testing.assert_allclose(t[0], t_ref[0], rtol=1e-12)
     np.testing.assert_allclose(t[1], t_ref[1], rtol=1e-12)
     wg.check_grads(model, (w, xs), order=2)
+
+
+@pytest.mark.parametrize("inner,outer", [((0, None), (None, 0)), ((None, 0), (0, None)), ((0, 0), (0, None)),
+                                         ((0, None), (0, 0)), ((0, 0), (0, 0)), ((None, 0), (0, 0)),
+                                         ((0, None), (0, 0))])
+def test_fused_batched_vector_dots_every_axis_pattern(inner, outer):
+    """The fused dot of two batched vectors is a matmul when the batch axes allow, else an einsum."""
+    rng = np.random.default_rng(11)
+
+    def draw(i_ax, o_ax):   # vectors of 5; outer batch 3, inner batch 4
+        return rng.standard_normal(((3,) if o_ax == 0 else ()) + ((4,) if i_ax == 0 else ()) + (5,))
+
+    x, y = draw(inner[0], outer[0]), draw(inner[1], outer[1])
+    f = wg.vmap(lambda p, q: wg.vmap(wnp.dot, in_axes=inner)(p, q), in_axes=outer)
+
+    def one(i, j):
+        p = x[i] if outer[0] == 0 else x
+        q = y[i] if outer[1] == 0 else y
+        return np.dot(p[j] if inner[0] == 0 else p, q[j] if inner[1] == 0 else q)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = f(x, y)
+    np.testing.assert_allclose(out, np.array([[one(i, j) for j in range(4)] for i in range(3)]), rtol=1e-12)
+    from wengert.transforms import batching
+
+    def loss(p, q):
+        return wnp.sum(f(p, q) ** 2)
+
+    g = wg.grad(loss, argnums=(0, 1))(x, y)
+    old = batching.FUSE
+    batching.FUSE = False
+    try:
+        g_ref = wg.grad(loss, argnums=(0, 1))(x, y)
+    finally:
+        batching.FUSE = old
+    np.testing.assert_allclose(g[0], g_ref[0], rtol=1e-12)
+    np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-12)

@@ -562,9 +562,11 @@ class FusedBatchTrace(BatchTrace):
         if not self.alive:
             raise LeakedTracerError(prim.name)
         top = _depth[0]
-        if top > self.level and any(l not in _COMPUTING_LEVELS for l in range(self.level + 1, top + 1)):
-            raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function differentiates "
-                            f"batched values ({prim.name})")
+        if top > self.level:
+            for level in range(self.level + 1, top + 1):
+                if level not in _COMPUTING_LEVELS:
+                    raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
+                                    f"differentiates batched values ({prim.name})")
         rule = FUSED_RULES.get(prim)
         if rule is None or prim.batch is not None:
             raise _Unfuse(prim.name)
@@ -600,12 +602,25 @@ def _fused_class(nb):
     return cls
 
 
+def _reshape(x, shape):
+    """The reshape primitive; a plain array directly (the same NumPy call, without the dispatch)."""
+    return x.reshape(shape) if type(x) is np.ndarray else _prims()[3].reshape(x, shape=shape)
+
+
+def _transpose(x, axes):
+    return x.transpose(axes) if type(x) is np.ndarray else _prims()[3].transpose(x, axes=axes)
+
+
+def _broadcast_to(x, shape):
+    return np.broadcast_to(x, shape) if type(x) is np.ndarray else _prims()[3].broadcast_to(x, shape=shape)
+
+
 def _lift(v, trace):
     """The value of ``v`` (a tracer of one of ``trace``'s fused levels) in ``trace``'s layout."""
     x = v.value
     k = v._trace.nb
     sh = tuple(_shape(x))
-    return _prims()[3].reshape(x, shape=sh[:k] + (1,) * (trace.nb - k) + sh[k:])
+    return _reshape(x, shape=sh[:k] + (1,) * (trace.nb - k) + sh[k:])
 
 
 def _fusable(flat, top):
@@ -638,9 +653,9 @@ def _run_fused(f, flat, size, out_axes, parent):
                         leaf = _wrap(_move(_lift(leaf, parent), k + ax, k), trace)
                     else:
                         x = _move(leaf, ax, 0)
-                        leaf = _wrap(S.reshape(x, shape=(1,) * k + tuple(_shape(x))), trace)
+                        leaf = _wrap(_reshape(x, shape=(1,) * k + tuple(_shape(x))), trace)
                 wrapped.append(leaf)
-            args.append(tree.unflatten(treedef, wrapped))
+            args.append(wrapped[0] if treedef is tree.LEAF else tree.unflatten(treedef, wrapped))
         out = f(*args)
         leaves, axes, treedef = _axes_for(out_axes, out, "out_axes")
         result = []
@@ -655,14 +670,14 @@ def _run_fused(f, flat, size, out_axes, parent):
                 full[0] = parent.size
             full = tuple(full)
             if full != sh:
-                x = S.broadcast_to(x, shape=full)
+                x = _broadcast_to(x, shape=full)
             result.append(_wrap(_move(x, k, k + ax % (len(sh) - k)), parent))
     finally:
         hook[0] = previous
         _OPEN.pop()
         _COMPUTING_LEVELS.discard(trace.level)
         close_trace(trace)
-    return tree.unflatten(treedef, result)
+    return result[0] if treedef is tree.LEAF else tree.unflatten(treedef, result)
 
 
 def _pad_at(x, nb, missing):
@@ -670,7 +685,7 @@ def _pad_at(x, nb, missing):
     if missing <= 0:
         return x
     sh = tuple(_shape(x))
-    return _prims()[3].reshape(x, shape=sh[:nb] + (1,) * missing + sh[nb:])
+    return _reshape(x, shape=sh[:nb] + (1,) * missing + sh[nb:])
 
 
 def _axis_nb(axis, nd, nb):
@@ -760,10 +775,14 @@ def _einsum_fused(operands, batched, inputs, output, nb):
     letter (einsum does not broadcast), and the output gets a 1 there when no operand has it."""
     C, _, _, S = _prims()
     used = set("".join(inputs) + output)
-    free = [c for c in string.ascii_letters if c not in used]
-    if len(free) < nb:
+    letters = []
+    for c in string.ascii_letters:
+        if c not in used:
+            letters.append(c)
+            if len(letters) == nb:
+                break
+    else:
         return NotImplemented
-    letters = free[:nb]
     present = [False] * nb
     subs, new = [], []
     for op, b, s in zip(operands, batched, inputs):
@@ -771,7 +790,7 @@ def _einsum_fused(operands, batched, inputs, output, nb):
             sh = tuple(_shape(op))
             keep = [i for i in range(nb) if sh[i] != 1]
             if len(keep) < nb:
-                op = S.reshape(op, shape=tuple(sh[i] for i in keep) + sh[nb:])
+                op = _reshape(op, shape=tuple(sh[i] for i in keep) + sh[nb:])
             for i in keep:
                 present[i] = True
             s = "".join(letters[i] for i in keep) + s
@@ -790,7 +809,7 @@ def _einsum_fused(operands, batched, inputs, output, nb):
 def _unsqueeze(out, lead, present, nb):
     sh = tuple(_shape(out))
     it = iter(sh[:len(lead)])
-    return _prims()[3].reshape(out, shape=tuple(next(it) if p else 1 for p in present) + sh[len(lead):])
+    return _reshape(out, shape=tuple(next(it) if p else 1 for p in present) + sh[len(lead):])
 
 
 # NumPy's matmul runs one small product per batch item: faster than einsum's loop for a few
@@ -817,21 +836,24 @@ def _dot_as_matmul(ops, subs, lead):
     else:
         return None
     k = len(common)
-    if int(np.prod(_shape(first)[:k], dtype=np.int64)) > _MATMUL_MAX_BATCH:
+    items = 1
+    for n in _shape(first)[:k]:
+        items *= n
+    if items > _MATMUL_MAX_BATCH:
         return None
     if not ex_first:   # (X, k) -> (X, 1, k)
         sh = tuple(_shape(first))
-        first = S.reshape(first, shape=sh[:k] + (1,) + sh[k:])
+        first = _reshape(first, shape=sh[:k] + (1,) + sh[k:])
     nd = _ndim(second)
     if ex_second:      # (X, B, k) -> (X, k, B)
-        second = S.transpose(second, axes=tuple(range(k)) + (k + 1, k))
+        second = _transpose(second, axes=tuple(range(k)) + (k + 1, k))
     else:              # (X, k) -> (X, k, 1)
         sh = tuple(_shape(second))
-        second = S.reshape(second, shape=sh + (1,))
+        second = _reshape(second, shape=sh + (1,))
     out = C.matmul(first, second)
     sh = tuple(_shape(out))
     drop = sh[:k] + ((sh[k],) if ex_first else ()) + ((sh[k + 1],) if ex_second else ())
-    return out if drop == sh else S.reshape(out, shape=drop)
+    return out if drop == sh else _reshape(out, shape=drop)
 
 
 def f_einsum_rule(prim, vals, batched, params, nb):
@@ -842,9 +864,55 @@ def f_einsum_rule(prim, vals, batched, params, nb):
     return _einsum_fused(vals, batched, inputs.split(","), output, nb)
 
 
+def _vdot(x, y, nb):
+    """dot of two batched vectors as one matmul: the batch axes both have lead, then (at most) one
+    of each alone, e.g. (B, 1, N, W) . (B, R, 1, W) -> (B, R, N) = (B, R, W) @ (B, W, N). None for
+    other patterns (and for many batch items, see _MATMUL_MAX_BATCH)."""
+    sx, sy = _shape(x), _shape(y)
+    common = 0
+    while common < nb and sx[common] != 1 and sy[common] != 1:
+        common += 1
+    rest = nb - common
+    if rest > 2 or rest == 0:
+        return None
+    items = 1
+    for n in sx[:common]:
+        items *= n
+    if items > _MATMUL_MAX_BATCH:
+        return None
+    w = sx[-1]
+    if rest == 1:   # one exclusive axis: (C, M, W) @ (C, W, 1), or the other way round
+        if sx[common] != 1 and sy[common] == 1:
+            first, second = x, y
+        elif sy[common] != 1 and sx[common] == 1:
+            first, second = y, x
+        else:
+            return None
+        lead = _shape(first)[:nb]
+        first = _reshape(first, lead + (w,))
+        second = _reshape(second, _shape(second)[:common] + (w, 1))
+        return _reshape(_prims()[0].matmul(first, second), lead)
+    # two: the first is one operand's only, the second the other's
+    if sx[common] != 1 and sx[common + 1] == 1 and sy[common] == 1 and sy[common + 1] != 1:
+        first, second = x, y
+    elif sy[common] != 1 and sy[common + 1] == 1 and sx[common] == 1 and sx[common + 1] != 1:
+        first, second = y, x
+    else:
+        return None
+    sf, ss = _shape(first), _shape(second)
+    first = _reshape(first, sf[:common + 1] + (w,))
+    second = _reshape(second, ss[:common] + ss[common + 1:])
+    second = _transpose(second, tuple(range(common)) + (common + 1, common))
+    return _prims()[0].matmul(first, second)
+
+
 def f_dot_rule(prim, vals, batched, params, nb):
     a, b = vals
     na, nb_ = _ndim(a) - nb * batched[0], _ndim(b) - nb * batched[1]
+    if na == 1 and nb_ == 1 and batched[0] and batched[1]:
+        out = _vdot(a, b, nb)
+        if out is not None:
+            return out
     if na == 0 or nb_ == 0:
         return f_elementwise_rule(_prims()[1].multiply, vals, batched, {}, nb)
     letters = iter("abcdefghijklmnopqrstuvwxyz")
@@ -880,11 +948,11 @@ def f_matmul_rule(prim, vals, batched, params, nb):
     squeeze_a = squeeze_b = False
     if na == 1:
         sh = tuple(_shape(a))
-        a = S.reshape(a, shape=sh[:-1] + (1, sh[-1]))
+        a = _reshape(a, shape=sh[:-1] + (1, sh[-1]))
         na, squeeze_a = 2, True
     if nb_ == 1:
         sh = tuple(_shape(b))
-        b = S.reshape(b, shape=sh + (1,))
+        b = _reshape(b, shape=sh + (1,))
         nb_, squeeze_b = 2, True
     rank = max(na, nb_)
     if ba:
@@ -945,7 +1013,10 @@ def _move(x, source, dest):
         return x
     if type(x) is not Tracer:
         x = np.asarray(x)
-    order = list(range(len(_shape(x))))
+        order = list(range(x.ndim))
+        order.insert(dest, order.pop(source))
+        return x.transpose(order)
+    order = list(range(len(x.shape)))
     order.insert(dest, order.pop(source))
     return _prims()[3].transpose(x, axes=tuple(order))
 
@@ -970,7 +1041,11 @@ def vmap(f, in_axes=0, out_axes=0):
         flat = []
         size = None
         for n, (arg, axes) in enumerate(zip(args, per_arg)):
-            leaves, axs, treedef = _axes_for(axes, arg, f"in_axes[{n}]")
+            t = type(arg)
+            if (t is Tracer or t is np.ndarray) and (axes is None or type(axes) is int):
+                leaves, axs, treedef = [arg], [axes], tree.LEAF   # one array, one axis
+            else:
+                leaves, axs, treedef = _axes_for(axes, arg, f"in_axes[{n}]")
             fixed = []
             for leaf, ax in zip(leaves, axs):
                 if ax is not None:
@@ -1097,7 +1172,7 @@ def _run_batched(f, flat, size, out_axes):
         args = []
         for leaves, axes, treedef in flat:
             wrapped = [leaf if ax is None else _wrap(_move(leaf, ax, 0), trace) for leaf, ax in zip(leaves, axes)]
-            args.append(tree.unflatten(treedef, wrapped))
+            args.append(wrapped[0] if treedef is tree.LEAF else tree.unflatten(treedef, wrapped))
         out = f(*args)
     finally:
         hook[0] = previous
@@ -1122,7 +1197,7 @@ def _finish(out, trace, size, out_axes):
         if ax is None:
             raise ValueError("vmap: out_axes is None for an output that depends on the batch")
         result.append(_move(value, 0, ax % _ndim(value)))
-    return tree.unflatten(treedef, result)
+    return result[0] if treedef is tree.LEAF else tree.unflatten(treedef, result)
 
 
 def _run_loop(f, flat, size, out_axes):
