@@ -228,3 +228,87 @@ def test_functions_on_plain_arrays_are_plain_numpy():
     assert type(wnn.softmax(X)) is np.ndarray
     assert type(wnn.softmax([1.0, 2.0])) is np.ndarray
     np.testing.assert_allclose(wnn.softmax([1.0, 2.0]), scipy.special.softmax([1.0, 2.0]))
+
+
+# --- forward mode ------------------------------------------------------------------------------------
+@pytest.fixture
+def own_jvp_rules(monkeypatch):
+    """Forward mode must run the nn operations' own JVP rules: the transposed-VJP fallback fails the test."""
+    from wengert.transforms import forward
+    fallback = forward.transposed_jvp
+
+    def refuse(prim, *args):
+        if prim.name.startswith("nn."):
+            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+        return fallback(prim, *args)
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
+def test_every_nn_primitive_has_a_jvp_rule():
+    from wengert.core.trace import Primitive
+    from wengert.primitives import nn as prims
+    ops = [v for v in vars(prims).values() if isinstance(v, Primitive)]
+    assert len(ops) >= 19
+    missing = [p.name for p in ops if p.jvp is None and p.fused_jvp is None and not p.linear]
+    assert not missing
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_mode_matches_finite_differences_to_second_order(name, own_jvp_rules):
+    """jvp against central differences, and jvp of the gradient (forward over reverse)."""
+    f, args, _ = CASES[name]
+    wg.check_grads(f, args, order=2, modes=("fwd", "rev"))
+    if len(args) == 2:  # each argument's rule alone, the other a constant
+        wg.check_grads(lambda x: f(x, args[1]), (args[0],), modes=("fwd",))
+        wg.check_grads(lambda y: f(args[0], y), (args[1],), modes=("fwd",))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_jacfwd_equals_jacobian(name, own_jvp_rules):
+    """jacfwd runs one JVP with a batch of tangents under vmap: the rules on batched tangents."""
+    f, args, _ = CASES[name]
+    fwd = wg.jacfwd(f, argnums=tuple(range(len(args))))(*args)
+    rev = wg.jacobian(f, argnums=tuple(range(len(args))))(*args)
+    for a, b in zip(fwd, rev):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp b", "cross-entropy labels",
+                                  "cross-entropy probabilities", "normalize", "cosine_similarity",
+                                  "pairwise_cosine_softmax", "gelu tanh", "mse"])
+def test_hessian_by_forward_over_reverse(name, own_jvp_rules):
+    f, args, _ = CASES[name]
+    w = np.linspace(0.5, 1.5, np.size(f(*args))).reshape(np.shape(f(*args)))
+
+    def scalar(x):
+        return wnp.sum(f(x, *args[1:]) * w)
+
+    np.testing.assert_allclose(wg.hessian(scalar)(args[0]), wg.jacobian(wg.grad(scalar))(args[0]),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_cross_entropy_jvp_is_the_softmax_minus_onehot_pairing(own_jvp_rules):
+    t = RNG.standard_normal(X.shape)
+    p = scipy.special.softmax(X, axis=1)
+    out, dt = wg.jvp(lambda x: wnn.softmax_cross_entropy(x, LABELS, reduction="none"), (X,), (t,))
+    np.testing.assert_allclose(dt, np.sum(p * t, 1) - t[np.arange(4), LABELS], atol=1e-14)
+    out, dt = wg.jvp(lambda x: wnn.softmax(x, axis=1), (X,), (t,))
+    np.testing.assert_allclose(dt, p * (t - np.sum(p * t, 1, keepdims=True)), atol=1e-14)
+    out, dt = wg.jvp(lambda x: wnn.log_softmax(x, axis=1), (X,), (t,))
+    np.testing.assert_allclose(dt, t - np.sum(p * t, 1, keepdims=True), atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("which", list(EXTREME))
+def test_forward_mode_is_finite_at_extreme_inputs(which, dtype, own_jvp_rules):
+    x = EXTREME[which].astype(dtype)
+    t = np.linspace(-1, 1, x.size).reshape(x.shape).astype(dtype)
+    for name, f in SCALAR_FNS.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            value, tangent = wg.jvp(f, (x,), (t,))
+            g = wg.grad(f)(x)
+        assert np.isfinite(tangent) and np.asarray(tangent).dtype == dtype, (name, tangent)
+        expected = np.sum(g.astype(np.float64) * t)
+        assert abs(float(tangent) - expected) <= 1e-2 * (1 + abs(expected)), (name, tangent, expected)

@@ -13,6 +13,20 @@ from wengert.scipy import special as ws  # noqa: E402
 from wengert.scipy import stats as wst  # noqa: E402
 
 SHAPES = [(), (4,), (2, 3)]
+FWD_REV = ("fwd", "rev")
+
+
+@pytest.fixture
+def own_jvp_rules(monkeypatch):
+    """Forward mode must run scipy.special's own JVP rules: the transposed-VJP fallback fails the test."""
+    from wengert.transforms import forward
+    fallback = forward.transposed_jvp
+
+    def refuse(prim, *args):
+        if prim.name.startswith("scipy.special."):
+            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+        return fallback(prim, *args)
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
 
 
 def _pos(rng, shape, lo=0.5, hi=3.0):
@@ -45,50 +59,61 @@ ORDERED = {  # f(constant, x)
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("name", sorted(UNARY))
-def test_unary_special(name, shape):
+def test_unary_special(name, shape, own_jvp_rules):
     rng = np.random.default_rng(0)
     x = UNARY[name](rng, shape)
     f = getattr(ws, name)
     np.testing.assert_allclose(f(x), getattr(sc, name)(x))
     np.testing.assert_allclose(wg.vjp(f, x)[0], getattr(sc, name)(x))
-    wg.check_grads(f, (x,), order=2)
+    wg.check_grads(f, (x,), order=2, modes=FWD_REV)
 
 
 @pytest.mark.parametrize("shapes", [((), ()), ((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3))])
 @pytest.mark.parametrize("name", sorted(BINARY))
-def test_binary_special(name, shapes):
+def test_binary_special(name, shapes, own_jvp_rules):
     rng = np.random.default_rng(1)
     a, b = (make(rng, s) for make, s in zip(BINARY[name], shapes))
     f = getattr(ws, name)
     np.testing.assert_allclose(wg.vjp(f, a, b)[0], getattr(sc, name)(a, b))
-    wg.check_grads(f, (a, b), order=2)
+    wg.check_grads(f, (a, b), order=2, modes=FWD_REV)
+    # one traced argument at a time: each argument's own rule, the other a constant
+    wg.check_grads(lambda a: f(a, b), (a,), modes=FWD_REV)
+    wg.check_grads(lambda b: f(a, b), (b,), modes=FWD_REV)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("name", sorted(ORDERED))
-def test_special_with_a_constant_order(name, shape):
+def test_special_with_a_constant_order(name, shape, own_jvp_rules):
     rng = np.random.default_rng(2)
     v, make = ORDERED[name]
     x = make(rng, shape)
     f = getattr(ws, name)
     np.testing.assert_allclose(wg.vjp(lambda x: f(v, x), x)[0], getattr(sc, name)(v, x), rtol=1e-12)
-    wg.check_grads(lambda x: f(v, x), (x,), order=2)
+    wg.check_grads(lambda x: f(v, x), (x,), order=2, modes=FWD_REV)
     with pytest.raises(wg.NoDerivativeError):
         wg.grad(lambda v: np.sum(f(v, x)))(float(v))
+    with pytest.raises(wg.NoDerivativeError):  # forward mode refuses the order the same way
+        wg.jvp(lambda v: f(v, x), (float(v),), (1.0,))
 
 
-def test_betainc_multigammaln_polygamma_arrays():
+def test_betainc_multigammaln_polygamma_arrays(own_jvp_rules):
     rng = np.random.default_rng(3)
     x = rng.uniform(0.1, 0.9, (2, 3))
-    wg.check_grads(lambda x: ws.betainc(2.5, 1.5, x), (x,), order=2)
+    wg.check_grads(lambda x: ws.betainc(2.5, 1.5, x), (x,), order=2, modes=FWD_REV)
+    for k in (0, 1):  # the shape parameters: refused in both modes
+        args = [2.5, 1.5, x]
+        with pytest.raises(wg.NoDerivativeError):
+            wg.grad(lambda p: np.sum(ws.betainc(*args[:k], p, *args[k + 1:])))(args[k])
+        with pytest.raises(wg.NoDerivativeError):
+            wg.jvp(lambda p: ws.betainc(*args[:k], p, *args[k + 1:]), (args[k],), (1.0,))
     a = rng.uniform(2.0, 4.0, (3,))
     np.testing.assert_allclose(wg.vjp(lambda a: ws.multigammaln(a, 3), a)[0], sc.multigammaln(a, 3))
-    wg.check_grads(lambda a: ws.multigammaln(a, 3), (a,), order=2)
+    wg.check_grads(lambda a: ws.multigammaln(a, 3), (a,), order=2, modes=FWD_REV)
     with pytest.raises(ValueError):
         wg.grad(lambda a: ws.multigammaln(a, 3).sum())(np.array([0.5, 3.0]))
     n = np.array([0, 1, 2])
     np.testing.assert_allclose(wg.vjp(lambda x: ws.polygamma(n, x), a)[0], sc.polygamma(n, a))
-    wg.check_grads(lambda x: ws.polygamma(n, x), (a,), order=2)
+    wg.check_grads(lambda x: ws.polygamma(n, x), (a,), order=2, modes=FWD_REV)
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1])
@@ -98,14 +123,39 @@ def test_logsumexp(axis):
     for kw in ({}, {"keepdims": True}):
         np.testing.assert_allclose(wg.vjp(lambda a: ws.logsumexp(a, axis=axis, **kw), a)[0],
                                    sc.logsumexp(a, axis=axis, **kw))
-        wg.check_grads(lambda a, b: ws.logsumexp(a, axis=axis, b=b, **kw), (a, b), order=2)
+        wg.check_grads(lambda a, b: ws.logsumexp(a, axis=axis, b=b, **kw), (a, b), order=2, modes=FWD_REV)
     s = rng.normal(size=(2, 3))
     out, sign = ws.logsumexp(a, axis=axis, b=s, return_sign=True)
     ref, ref_sign = sc.logsumexp(a, axis=axis, b=s, return_sign=True)
     np.testing.assert_allclose(out, ref)
     traced_out = wg.vjp(lambda a: ws.logsumexp(a, axis=axis, b=s, return_sign=True)[0], a)[0]
     np.testing.assert_allclose(traced_out, ref)
-    wg.check_grads(lambda a, s: ws.logsumexp(a, axis=axis, b=s, return_sign=True)[0], (a, s), order=2)
+    wg.check_grads(lambda a, s: ws.logsumexp(a, axis=axis, b=s, return_sign=True)[0], (a, s), order=2,
+                   modes=FWD_REV)
+
+
+def test_every_special_primitive_has_a_jvp_rule():
+    from wengert.primitives._table import PRIMITIVES
+    names = [n for n in PRIMITIVES if n.startswith("scipy.special.")]
+    assert len(names) >= 30
+    missing = [n for n in names if PRIMITIVES[n].jvp is None and PRIMITIVES[n].fused_jvp is None
+               and not PRIMITIVES[n].linear]
+    assert not missing
+
+
+@pytest.mark.parametrize("name", ["gammaln", "erfinv", "i1e", "log_ndtr", "jv", "betaln", "xlogy", "betainc"])
+def test_special_jacfwd_equals_jacobian(name, own_jvp_rules):
+    """jacfwd runs one JVP with a batch of tangents (under vmap): the rules on batched tangents."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0.2, 0.8, (2, 3))
+    y = rng.uniform(0.5, 2.0, (3,))
+    f = {"jv": lambda x: ws.jv(1.5, x), "betaln": lambda x: ws.betaln(x, y), "xlogy": lambda x: ws.xlogy(y, x),
+         "betainc": lambda x: ws.betainc(2.0, 1.5, x)}.get(name, getattr(ws, name))
+    fwd, rev = wg.jacfwd(f)(x), wg.jacobian(f)(x)
+    assert fwd.shape == (2, 3, 2, 3)
+    np.testing.assert_allclose(fwd, rev, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(wg.hessian(lambda x: np.sum(f(x)))(x),
+                               wg.jacobian(wg.grad(lambda x: np.sum(f(x))))(x), rtol=1e-10, atol=1e-12)
 
 
 # --- stats ---------------------------------------------------------------------------------------
@@ -137,7 +187,7 @@ def _stats_cases():
 
 
 @pytest.mark.parametrize("case", _stats_cases(), ids=lambda c: f"{c[0]}.{c[1]}")
-def test_stats(case):
+def test_stats(case, own_jvp_rules):
     dist, method, args = case
     f, ref_f = getattr(getattr(wst, dist), method), getattr(getattr(st, dist), method)
     ref = ref_f(*args)
@@ -154,7 +204,7 @@ def test_stats(case):
     got = wg.vjp(of_arrays, *arrays)[0]
     assert np.shape(got) == np.shape(ref)
     np.testing.assert_allclose(got, ref, rtol=1e-10)
-    wg.check_grads(of_arrays, arrays, order=2)
+    wg.check_grads(of_arrays, arrays, order=2, modes=FWD_REV)
 
 
 def test_poisson():
@@ -163,7 +213,7 @@ def test_poisson():
     for method in ("logpmf", "pmf", "cdf", "logcdf"):
         f, ref = getattr(wst.poisson, method), getattr(st.poisson, method)
         np.testing.assert_allclose(wg.vjp(lambda mu: f(k, mu), mu)[0], ref(k, mu))
-        wg.check_grads(lambda mu: f(k[:3], mu), (mu[:3],), order=2)
+        wg.check_grads(lambda mu: f(k[:3], mu), (mu[:3],), order=2, modes=FWD_REV)
 
 
 def test_invalid_parameters_as_scipy():

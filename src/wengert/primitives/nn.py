@@ -27,7 +27,7 @@ from . import contractions as C
 from . import elementwise as E
 from . import reductions as R
 from . import shape as S
-from ._table import defprim, unbroadcast
+from ._table import defprim, defunary, unbroadcast
 
 try:  # SciPy's erf is vectorized; without SciPy, math.erf element by element (slower)
     from scipy.special import erf as _np_erf
@@ -106,7 +106,8 @@ def _softmax_vjp(g, ans, x, axis=None):
     return ga - ans * _sum_kept(ga, axis)
 
 
-softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax")
+# the Jacobian diag(p) - p p^T is symmetric: the VJP rule is the JVP, p * (t - sum(p * t))
+softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax", jvp=_softmax_vjp)
 
 
 def _log_softmax(x, axis=None):
@@ -117,7 +118,8 @@ def _log_softmax(x, axis=None):
 
 
 log_softmax = defprim(_log_softmax, lambda g, ans, x, axis=None: g - E.exp(ans) * _sum_kept(g, axis),
-                      name="nn.log_softmax")
+                      name="nn.log_softmax",
+                      jvp=lambda t, ans, x, axis=None: t - _sum_kept(E.exp(ans) * t, axis))
 
 
 def _log_softmax_known(x, axis=None, known=None):
@@ -128,7 +130,8 @@ def _log_softmax_known(x, axis=None, known=None):
 # arrays): recorded by the rewrite of a written-out ``log(exp(z) / sum(exp(z)))`` at first order
 log_softmax_known = defprim(_log_softmax_known,
                             lambda g, ans, x, axis=None, known=None: g - known[1] * _sum_kept(g, axis),
-                            name="nn.log_softmax")
+                            name="nn.log_softmax",
+                            jvp=lambda t, ans, x, axis=None, known=None: t - _sum_kept(known[1] * t, axis))
 
 
 def _logsumexp(x, axis=None, keepdims=False):
@@ -145,7 +148,13 @@ def _logsumexp_vjp(g, ans, x, axis=None, keepdims=False):
     return _as_kept(g, shape, axis, keepdims) * E.exp(x - _as_kept(ans, shape, axis, keepdims))
 
 
-logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp")
+def _logsumexp_jvp(t, ans, x, axis=None, keepdims=False):
+    """``sum(softmax(x) * t)``, the softmax as ``exp(x - ans)`` (as the VJP rule)."""
+    p = E.exp(x - _as_kept(ans, x.shape, axis, keepdims))
+    return R.sum_(p * t, axis=axis, keepdims=keepdims)
+
+
+logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp", jvp=_logsumexp_jvp)
 
 
 def _logsumexp_b(x, b, axis=None, keepdims=False):
@@ -164,12 +173,20 @@ def _lse_b_weight(g, ans, x, b, axis, keepdims):
     return _as_kept(g, shape, axis, keepdims) * E.exp(x - _as_kept(ans, shape, axis, keepdims))
 
 
+def _lse_b_tangent(t, w, ans, x, b, axis, keepdims):
+    """``sum(exp(x - lse) * w * t)``: a tangent's share (``w`` is ``b`` for ``x``'s, 1 for ``b``'s)."""
+    e = E.exp(x - _as_kept(ans, np.broadcast_shapes(x.shape, b.shape), axis, keepdims))
+    return R.sum_(e * t if w is None else e * w * t, axis=axis, keepdims=keepdims)
+
+
 logsumexp_b = defprim(_logsumexp_b, (
     lambda g, ans, x, b, axis=None, keepdims=False: unbroadcast(_lse_b_weight(g, ans, x, b, axis, keepdims) * b,
                                                                 x.shape),
     lambda g, ans, x, b, axis=None, keepdims=False: unbroadcast(_lse_b_weight(g, ans, x, b, axis, keepdims),
                                                                 b.shape)),
-    name="nn.logsumexp_b")
+    name="nn.logsumexp_b", jvp=(
+    lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, b, ans, x, b, axis, keepdims),
+    lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, None, ans, x, b, axis, keepdims)))
 
 
 # --- cross-entropy of a softmax ----------------------------------------------------------------
@@ -246,7 +263,28 @@ def _sce_sparse_vjp(g, ans, x, labels, axis, reduction, stash=None):
     return d * ct
 
 
-softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), name="nn.softmax_cross_entropy")
+def _reduce_tangent(d, t, axis, reduction, examples):
+    """The tangent of a reduced per-example loss whose per-example derivative is ``d`` (along ``axis``)."""
+    if reduction == "none":
+        return R.sum_(d * t, axis=(axis,), keepdims=False)
+    total = R.sum_(d * t, axis=None, keepdims=False)
+    return total / examples if reduction == "mean" else total
+
+
+def _sce_sparse_jvp(t, ans, x, labels, axis, reduction, stash=None):
+    """``sum((softmax - onehot) * t)`` per example; the labels are integers (no tangent)."""
+    p = _probabilities(x, axis, stash)
+    if type(p) is not Tracer and axis == p.ndim - 1:
+        d = p.copy()                                    # softmax - onehot in one new array
+        rows, flat = _rows(labels)
+        d.reshape(-1, p.shape[-1])[rows, flat] -= 1
+    else:
+        d = p - _one_hot_at(labels, x.shape, axis, _dtype(p))
+    return _reduce_tangent(d, t, axis, reduction, _examples(x.shape, axis))
+
+
+softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), name="nn.softmax_cross_entropy",
+                                       jvp=(_sce_sparse_jvp, None))
 
 
 def _sce_dense(x, t, axis, reduction, stash=None):
@@ -263,21 +301,32 @@ def _sce_dense(x, t, axis, reduction, stash=None):
     return np.asarray(_reduce_loss(per_example, reduction)).astype(dt, copy=False)[()]
 
 
+def _sce_dense_dx(x, t, axis, stash):
+    """The per-example derivative in the logits: ``softmax(x) * sum(t) - t``."""
+    return _probabilities(x, axis, stash) * _sum_kept(t, (axis,)) - t
+
+
+def _sce_dense_logp(x, axis, stash):
+    """``log_softmax(x)``, minus the per-example derivative in the targets."""
+    if type(x) is Tracer or stash is None or len(stash) < 2:
+        return log_softmax(x, axis=(axis,))
+    return stash[1]
+
+
 def _sce_dense_vjp_x(g, ans, x, t, axis, reduction, stash=None):
-    p = _probabilities(x, axis, stash)
-    return (p * _sum_kept(t, (axis,)) - t) * _loss_ct(g, x.shape, axis, reduction)
+    return _sce_dense_dx(x, t, axis, stash) * _loss_ct(g, x.shape, axis, reduction)
 
 
 def _sce_dense_vjp_t(g, ans, x, t, axis, reduction, stash=None):
-    if type(x) is Tracer or stash is None or len(stash) < 2:
-        logp = log_softmax(x, axis=(axis,))
-    else:
-        logp = stash[1]
-    return -logp * _loss_ct(g, x.shape, axis, reduction)
+    return -_sce_dense_logp(x, axis, stash) * _loss_ct(g, x.shape, axis, reduction)
 
 
 softmax_cross_entropy_dense = defprim(_sce_dense, (_sce_dense_vjp_x, _sce_dense_vjp_t),
-                                      name="nn.softmax_cross_entropy_dense")
+                                      name="nn.softmax_cross_entropy_dense", jvp=(
+    lambda tx, ans, x, t, axis, reduction, stash=None: _reduce_tangent(
+        _sce_dense_dx(x, t, axis, stash), tx, axis, reduction, _examples(x.shape, axis)),
+    lambda tt, ans, x, t, axis, reduction, stash=None: -_reduce_tangent(
+        _sce_dense_logp(x, axis, stash), tt, axis, reduction, _examples(x.shape, axis))))
 
 
 # --- sigmoid family ----------------------------------------------------------------------------
@@ -287,7 +336,7 @@ def _sigmoid(x):
     return (np.where(x >= 0, 1, e) / (1 + e)).astype(dt, copy=False)
 
 
-sigmoid = defprim(_sigmoid, lambda g, ans, x: g * ans * (1 - ans), name="nn.sigmoid")
+sigmoid = defunary(_sigmoid, lambda g, ans, x: g * ans * (1 - ans), name="nn.sigmoid")
 
 
 def _log_sigmoid(x):
@@ -296,7 +345,7 @@ def _log_sigmoid(x):
 
 
 # d/dx log sigmoid(x) = sigmoid(-x) = 1 - exp(ans) = -expm1(ans): exact for large x too
-log_sigmoid = defprim(_log_sigmoid, lambda g, ans, x: -g * E.expm1(ans), name="nn.log_sigmoid")
+log_sigmoid = defunary(_log_sigmoid, lambda g, ans, x: -g * E.expm1(ans), name="nn.log_sigmoid")
 
 
 def _softplus(x):
@@ -305,7 +354,7 @@ def _softplus(x):
 
 
 # d/dx softplus(x) = sigmoid(x) = 1 - exp(-ans) = -expm1(-ans)
-softplus = defprim(_softplus, lambda g, ans, x: -g * E.expm1(-ans), name="nn.softplus")
+softplus = defunary(_softplus, lambda g, ans, x: -g * E.expm1(-ans), name="nn.softplus")
 
 
 def _silu(x):
@@ -318,7 +367,7 @@ def _silu_vjp(g, ans, x):
     return g * s * (1 + x * (1 - s))
 
 
-silu = defprim(_silu, _silu_vjp, name="nn.silu")
+silu = defunary(_silu, _silu_vjp, name="nn.silu")
 
 
 def _bce_logits(x, t, reduction):
@@ -331,10 +380,20 @@ def _elementwise_ct(g, size, reduction):
     return g / size if reduction == "mean" else g
 
 
+def _reduce_elementwise(t, reduction, size):
+    """An elementwise loss's tangent, reduced as the loss is (``size`` elements)."""
+    if reduction == "none":
+        return t
+    total = R.sum_(t, axis=None, keepdims=False)
+    return total / size if reduction == "mean" else total
+
+
 bce_with_logits = defprim(_bce_logits, (
     lambda g, ans, x, t, reduction: (sigmoid(x) - t) * _elementwise_ct(g, x.size, reduction),
     lambda g, ans, x, t, reduction: -x * _elementwise_ct(g, x.size, reduction)),
-    name="nn.binary_cross_entropy_with_logits")
+    name="nn.binary_cross_entropy_with_logits", jvp=(
+    lambda tx, ans, x, t, reduction: _reduce_elementwise((sigmoid(x) - t) * tx, reduction, x.size),
+    lambda tt, ans, x, t, reduction: _reduce_elementwise(-x * tt, reduction, x.size)))
 
 
 # --- activations -------------------------------------------------------------------------------
@@ -342,7 +401,7 @@ def _relu(x):
     return np.maximum(x, 0)
 
 
-relu = defprim(_relu, lambda g, ans, x: g * (unbox(ans) > 0), name="nn.relu")
+relu = defunary(_relu, lambda g, ans, x: g * (unbox(ans) > 0), name="nn.relu")
 
 
 def _erf(x):
@@ -350,7 +409,7 @@ def _erf(x):
     return np.asarray(_np_erf(x)).astype(dt, copy=False)
 
 
-erf = defprim(_erf, lambda g, ans, x: g * TWO_OVER_SQRT_PI * E.exp(-(x * x)), name="nn.erf")
+erf = defunary(_erf, lambda g, ans, x: g * TWO_OVER_SQRT_PI * E.exp(-(x * x)), name="nn.erf")
 
 
 def _gelu(x):
@@ -366,7 +425,7 @@ def _gelu_vjp(g, ans, x):
     return _rule_down(g * (cdf + x * INV_SQRT_2PI * E.exp(-0.5 * (x * x))), dtype)
 
 
-gelu = defprim(_gelu, _gelu_vjp, name="nn.gelu")
+gelu = defunary(_gelu, _gelu_vjp, name="nn.gelu")
 
 
 def _gelu_tanh(x):
@@ -384,7 +443,7 @@ def _gelu_tanh_vjp(g, ans, x):
     return _rule_down(g * slope, dtype)
 
 
-gelu_tanh = defprim(_gelu_tanh, _gelu_tanh_vjp, name="nn.gelu_tanh")
+gelu_tanh = defunary(_gelu_tanh, _gelu_tanh_vjp, name="nn.gelu_tanh")
 
 
 # --- regression ---------------------------------------------------------------------------------
@@ -394,6 +453,10 @@ def _mse(p, t, reduction):
     return np.asarray(_reduce_loss(d * d, reduction)).astype(dt, copy=False)[()]
 
 
+def _size(p, t):
+    return int(np.prod(np.broadcast_shapes(p.shape, t.shape), dtype=np.int64))
+
+
 def _mse_ct(g, p, t, reduction):
     d = p - t
     return 2 * d * _elementwise_ct(g, d.size, reduction)
@@ -401,7 +464,9 @@ def _mse_ct(g, p, t, reduction):
 
 mse = defprim(_mse, (lambda g, ans, p, t, reduction: unbroadcast(_mse_ct(g, p, t, reduction), p.shape),
                      lambda g, ans, p, t, reduction: unbroadcast(-_mse_ct(g, p, t, reduction), t.shape)),
-              name="nn.mse")
+              name="nn.mse", jvp=(
+    lambda tp, ans, p, t, reduction: _reduce_elementwise(2 * (p - t) * tp, reduction, _size(p, t)),
+    lambda tt, ans, p, t, reduction: _reduce_elementwise(-2 * (p - t) * tt, reduction, _size(p, t))))
 
 
 # --- norms and cosines ---------------------------------------------------------------------------
@@ -439,7 +504,8 @@ def _normalize_vjp(g, ans, x, axis, eps):
     return _rule_down(_unit_vjp(g, ans, n, inside, axis), dtype)
 
 
-normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize")
+# (I - y y^T) / n, or I / eps where the norm is clamped: a symmetric Jacobian, so the VJP rule is the JVP
+normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize", jvp=_normalize_vjp)
 
 
 def _cosine(x1, x2, axis, eps):
@@ -475,8 +541,33 @@ def _cosine_vjp(g, ans, args, params, parents):
     return out
 
 
+def _cosine_jvp(tangents, ans, args, params):
+    """``sum(t1 * (u2 - cos * u1) / ||x1||) + (the same with 1 and 2 swapped)`` along ``axis``:
+    the VJP's vectors paired with the tangents."""
+    axis, eps = params["axis"], params["eps"]
+    x1, x2 = args
+    t1, t2 = tangents
+    dtype = _dtype(ans)
+    ans, x1, x2 = _rule_up(ans, x1, x2)
+    c = S.reshape(ans, shape=_keepdims_shape(np.broadcast_shapes(x1.shape, x2.shape), axis))
+    n1, in1 = _clamped_norm(x1, axis, eps)
+    n2, in2 = _clamped_norm(x2, axis, eps)
+    u1, u2 = x1 / n1, x2 / n2
+    total = None
+    for t, u, v, n, inside in ((t1, u1, u2, n1, in1), (t2, u2, u1, n2, in2)):
+        if t is None:
+            continue
+        radial = c * u
+        if not inside.all():
+            radial = E.where(inside, radial, 0)
+        share = R.sum_(_rule_up(t)[0] * ((v - radial) / n), axis=axis, keepdims=False)
+        total = share if total is None else total + share
+    return _rule_down(total, dtype)
+
+
 cosine_similarity = defprim(_cosine, (), name="nn.cosine_similarity")
 cosine_similarity.fused_vjp = _cosine_vjp
+cosine_similarity.fused_jvp = _cosine_jvp
 cosine_similarity.keep_ans = True
 
 
@@ -543,6 +634,46 @@ def _swap_last(x):
     return S.transpose(x, axes=(0, 2, 1))
 
 
+def _radial(x, t, n, inside, axes):
+    """``<x, t> / n**2`` along axis 0 (zero where the norm is clamped), batch first by ``axes``."""
+    r = R.sum_(x * t, axis=(0,), keepdims=True) / (n * n)
+    if not inside.all():
+        r = E.where(inside, r, 0)
+    return S.transpose(r, axes=axes)
+
+
+def _pairwise_cosine_softmax_jvp(tangents, ans, args, params):
+    """``ds = (b^T ta + tb^T a) / (|b| |a|) - s (<a, ta>/|a|^2 + <b, tb>/|b|^2)``, then the softmax's
+    ``P * (ds - sum_i P ds)``, all batch first (B, N, R)."""
+    eps, stash = params["eps"], params.get("stash")
+    a, b = args
+    ta, tb = tangents
+    dtype = _dtype(ans)
+    if type(a) is Tracer or type(b) is Tracer or stash is None or stash[0] is None:
+        a, b = _rule_up(a, b)
+        parts = _pcs_parts(a, b, eps)
+    else:
+        a, b = _up(a)[0], _up(b)[0]
+        parts = stash[0]
+    at, bt, s, inv, na, nb, in_a, in_b = parts
+    dots, radial = None, None
+    if ta is not None:
+        ta = _rule_up(ta)[0]
+        dots = C.matmul(bt, S.transpose(ta, axes=(2, 0, 1)))                        # (B, N, R)
+        radial = _radial(a, ta, na, in_a, (2, 0, 1))                   # (B, 1, R)
+    if tb is not None:
+        tb = _rule_up(tb)[0]
+        d = C.matmul(S.transpose(tb, axes=(2, 1, 0)), at)
+        r = _radial(b, tb, nb, in_b, (2, 1, 0))                        # (B, N, 1)
+        dots = d if dots is None else dots + d
+        radial = r if radial is None else radial + r
+    ds = dots * inv - s * radial
+    pt = S.transpose(_rule_up(ans)[0], axes=(2, 0, 1))
+    dp = pt * (ds - _sum_kept(pt * ds, (1,)))
+    return _rule_down(S.transpose(dp, axes=(1, 2, 0)), dtype)
+
+
 pairwise_cosine_softmax = defprim(_pairwise_cosine_softmax, (), name="nn.pairwise_cosine_softmax")
 pairwise_cosine_softmax.fused_vjp = _pairwise_cosine_softmax_vjp
+pairwise_cosine_softmax.fused_jvp = _pairwise_cosine_softmax_jvp
 pairwise_cosine_softmax.keep_ans = True

@@ -14,7 +14,7 @@ from ..core.errors import NoDerivativeError
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
 from ..primitives import elementwise as E
-from ..primitives._table import defprim, unbroadcast
+from ..primitives._table import defprim, defunary, unbroadcast
 
 __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", "betaln",
            "erf", "erfc", "erfinv", "erfcinv", "ndtr", "ndtri", "log_ndtr", "expit", "logit",
@@ -38,8 +38,8 @@ def _nonzero(x):
 
 
 # --- gamma family --------------------------------------------------------------------------------
-gammaln = defprim(sc.gammaln, lambda g, ans, x: g * digamma(x), name="scipy.special.gammaln")
-digamma = defprim(sc.digamma, lambda g, ans, x: g * _polygamma(x, n=1), name="scipy.special.digamma")
+gammaln = defunary(sc.gammaln, lambda g, ans, x: g * digamma(x), name="scipy.special.gammaln")
+digamma = defunary(sc.digamma, lambda g, ans, x: g * _polygamma(x, n=1), name="scipy.special.digamma")
 psi = digamma
 
 
@@ -47,7 +47,7 @@ def _polygamma_impl(x, n):
     return sc.polygamma(n, x)
 
 
-_polygamma = defprim(_polygamma_impl, lambda g, ans, x, n: g * _polygamma(x, n=n + 1),
+_polygamma = defunary(_polygamma_impl, lambda g, ans, x, n: g * _polygamma(x, n=n + 1),
                      name="scipy.special.polygamma")
 
 
@@ -67,14 +67,18 @@ def polygamma(n, x):
     return out
 
 
-gamma = defprim(sc.gamma, lambda g, ans, x: g * ans * digamma(x), name="scipy.special.gamma")
-rgamma = defprim(sc.rgamma, lambda g, ans, x: -g * ans * digamma(x), name="scipy.special.rgamma")
+gamma = defunary(sc.gamma, lambda g, ans, x: g * ans * digamma(x), name="scipy.special.gamma")
+rgamma = defunary(sc.rgamma, lambda g, ans, x: -g * ans * digamma(x), name="scipy.special.rgamma")
 beta = defprim(sc.beta, (lambda g, ans, a, b: unbroadcast(g * ans * (digamma(a) - digamma(a + b)), a.shape),
                          lambda g, ans, a, b: unbroadcast(g * ans * (digamma(b) - digamma(a + b)), b.shape)),
-               name="scipy.special.beta")
+               name="scipy.special.beta",
+               jvp=(lambda t, ans, a, b: t * ans * (digamma(a) - digamma(a + b)),
+                    lambda t, ans, a, b: t * ans * (digamma(b) - digamma(a + b))))
 betaln = defprim(sc.betaln, (lambda g, ans, a, b: unbroadcast(g * (digamma(a) - digamma(a + b)), a.shape),
                              lambda g, ans, a, b: unbroadcast(g * (digamma(b) - digamma(a + b)), b.shape)),
-                 name="scipy.special.betaln")
+                 name="scipy.special.betaln",
+                 jvp=(lambda t, ans, a, b: t * (digamma(a) - digamma(a + b)),
+                      lambda t, ans, a, b: t * (digamma(b) - digamma(a + b))))
 
 
 def multigammaln(a, d):
@@ -89,37 +93,45 @@ def multigammaln(a, d):
     return total
 
 
-# incomplete gamma and beta: derivatives in x only
+# incomplete gamma and beta: derivatives in x only (forward mode refuses the shape parameters too)
+def _gamma_density(a, x):
+    return E.exp((a - 1) * E.log(x) - x - gammaln(a))
+
+
+def _beta_density(a, b, x):
+    return E.exp(xlogy(a - 1, x) + xlog1py(b - 1, -x) - betaln(a, b))
+
+
 gammainc = defprim(sc.gammainc, (_no_derivative("gammainc"),
-                                 lambda g, ans, a, x: unbroadcast(
-                                     g * E.exp((a - 1) * E.log(x) - x - gammaln(a)), x.shape)),
+                                 lambda g, ans, a, x: unbroadcast(g * _gamma_density(a, x), x.shape)),
+                   jvp=(_no_derivative("gammainc"), lambda t, ans, a, x: t * _gamma_density(a, x)),
                    name="scipy.special.gammainc")
 gammaincc = defprim(sc.gammaincc, (_no_derivative("gammaincc"),
-                                   lambda g, ans, a, x: unbroadcast(
-                                       -g * E.exp((a - 1) * E.log(x) - x - gammaln(a)), x.shape)),
+                                   lambda g, ans, a, x: unbroadcast(-g * _gamma_density(a, x), x.shape)),
+                    jvp=(_no_derivative("gammaincc"), lambda t, ans, a, x: -t * _gamma_density(a, x)),
                     name="scipy.special.gammaincc")
 betainc = defprim(sc.betainc, (_no_derivative("betainc"), _no_derivative("betainc"),
-                               lambda g, ans, a, b, x: unbroadcast(
-                                   g * E.exp(xlogy(a - 1, x) + xlog1py(b - 1, -x) - betaln(a, b)),
-                                   x.shape)),
+                               lambda g, ans, a, b, x: unbroadcast(g * _beta_density(a, b, x), x.shape)),
+                  jvp=(_no_derivative("betainc"), _no_derivative("betainc"),
+                       lambda t, ans, a, b, x: t * _beta_density(a, b, x)),
                   name="scipy.special.betainc")
 
 # --- error function and the normal distribution ----------------------------------------------------
-erf = defprim(sc.erf, lambda g, ans, x: g * (2 / _SQRT_PI) * E.exp(-x * x), name="scipy.special.erf")
-erfc = defprim(sc.erfc, lambda g, ans, x: g * (-2 / _SQRT_PI) * E.exp(-x * x), name="scipy.special.erfc")
-erfinv = defprim(sc.erfinv, lambda g, ans, x: g * (_SQRT_PI / 2) * E.exp(ans * ans),
+erf = defunary(sc.erf, lambda g, ans, x: g * (2 / _SQRT_PI) * E.exp(-x * x), name="scipy.special.erf")
+erfc = defunary(sc.erfc, lambda g, ans, x: g * (-2 / _SQRT_PI) * E.exp(-x * x), name="scipy.special.erfc")
+erfinv = defunary(sc.erfinv, lambda g, ans, x: g * (_SQRT_PI / 2) * E.exp(ans * ans),
                  name="scipy.special.erfinv")
-erfcinv = defprim(sc.erfcinv, lambda g, ans, x: g * (-_SQRT_PI / 2) * E.exp(ans * ans),
+erfcinv = defunary(sc.erfcinv, lambda g, ans, x: g * (-_SQRT_PI / 2) * E.exp(ans * ans),
                   name="scipy.special.erfcinv")
-ndtr = defprim(sc.ndtr, lambda g, ans, x: g * E.exp(-0.5 * x * x) / _SQRT_2PI, name="scipy.special.ndtr")
-ndtri = defprim(sc.ndtri, lambda g, ans, x: g * _SQRT_2PI * E.exp(0.5 * ans * ans), name="scipy.special.ndtri")
-log_ndtr = defprim(sc.log_ndtr, lambda g, ans, x: g * E.exp(-0.5 * x * x - ans) / _SQRT_2PI,
+ndtr = defunary(sc.ndtr, lambda g, ans, x: g * E.exp(-0.5 * x * x) / _SQRT_2PI, name="scipy.special.ndtr")
+ndtri = defunary(sc.ndtri, lambda g, ans, x: g * _SQRT_2PI * E.exp(0.5 * ans * ans), name="scipy.special.ndtri")
+log_ndtr = defunary(sc.log_ndtr, lambda g, ans, x: g * E.exp(-0.5 * x * x - ans) / _SQRT_2PI,
                    name="scipy.special.log_ndtr")
 
 # --- logistic ----------------------------------------------------------------------------------
-expit = defprim(sc.expit, lambda g, ans, x: g * ans * (1 - ans), name="scipy.special.expit")
-logit = defprim(sc.logit, lambda g, ans, x: g / (x * (1 - x)), name="scipy.special.logit")
-log_expit = defprim(sc.log_expit, lambda g, ans, x: g * expit(-x), name="scipy.special.log_expit")
+expit = defunary(sc.expit, lambda g, ans, x: g * ans * (1 - ans), name="scipy.special.expit")
+logit = defunary(sc.logit, lambda g, ans, x: g / (x * (1 - x)), name="scipy.special.logit")
+log_expit = defunary(sc.log_expit, lambda g, ans, x: g * expit(-x), name="scipy.special.log_expit")
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -157,38 +169,70 @@ def log_softmax(x, axis=None):
     return x - logsumexp(x, axis=axis, keepdims=True)
 
 
-erfcx = defprim(sc.erfcx, lambda g, ans, x: g * (2 * x * ans - 2 / _SQRT_PI), name="scipy.special.erfcx")
-dawsn = defprim(sc.dawsn, lambda g, ans, x: g * (1 - 2 * x * ans), name="scipy.special.dawsn")
+erfcx = defunary(sc.erfcx, lambda g, ans, x: g * (2 * x * ans - 2 / _SQRT_PI), name="scipy.special.erfcx")
+dawsn = defunary(sc.dawsn, lambda g, ans, x: g * (1 - 2 * x * ans), name="scipy.special.dawsn")
 
 
 # --- x log y -----------------------------------------------------------------------------------
 xlogy = defprim(sc.xlogy, (lambda g, ans, x, y: unbroadcast(g * E.log(y), x.shape),
                            lambda g, ans, x, y: unbroadcast(g * F.where(_nonzero(x), x / y, 0), y.shape)),
+                jvp=(lambda t, ans, x, y: t * E.log(y),
+                     lambda t, ans, x, y: t * F.where(_nonzero(x), x / y, 0)),
                 name="scipy.special.xlogy")
 xlog1py = defprim(sc.xlog1py, (lambda g, ans, x, y: unbroadcast(g * E.log1p(y), x.shape),
                                lambda g, ans, x, y: unbroadcast(g * F.where(_nonzero(x), x / (1 + y), 0),
                                                                 y.shape)),
+                  jvp=(lambda t, ans, x, y: t * E.log1p(y),
+                       lambda t, ans, x, y: t * F.where(_nonzero(x), x / (1 + y), 0)),
                   name="scipy.special.xlog1py")
-entr = defprim(sc.entr, lambda g, ans, x: g * (-1 - E.log(x)), name="scipy.special.entr")
+entr = defunary(sc.entr, lambda g, ans, x: g * (-1 - E.log(x)), name="scipy.special.entr")
 
 # --- Bessel functions (derivatives in x; the order v is a constant) ------------------------------
-i0 = defprim(sc.i0, lambda g, ans, x: g * i1(x), name="scipy.special.i0")
-i1 = defprim(sc.i1, lambda g, ans, x: g * 0.5 * (i0(x) + iv(2, x)), name="scipy.special.i1")
-i0e = defprim(sc.i0e, lambda g, ans, x: g * (i1e(x) - F.sign(x) * ans), name="scipy.special.i0e")
-i1e = defprim(sc.i1e, lambda g, ans, x: g * (0.5 * (i0e(x) + ive(2, x)) - F.sign(x) * ans),
+i0 = defunary(sc.i0, lambda g, ans, x: g * i1(x), name="scipy.special.i0")
+i1 = defunary(sc.i1, lambda g, ans, x: g * 0.5 * (i0(x) + iv(2, x)), name="scipy.special.i1")
+i0e = defunary(sc.i0e, lambda g, ans, x: g * (i1e(x) - F.sign(x) * ans), name="scipy.special.i0e")
+i1e = defunary(sc.i1e, lambda g, ans, x: g * (0.5 * (i0e(x) + ive(2, x)) - F.sign(x) * ans),
               name="scipy.special.i1e")
-iv = defprim(sc.iv, (_no_derivative("iv"), lambda g, ans, v, x: unbroadcast(
-    g * 0.5 * (iv(v - 1, x) + iv(v + 1, x)), x.shape)), name="scipy.special.iv")
-ive = defprim(sc.ive, (_no_derivative("ive"), lambda g, ans, v, x: unbroadcast(
-    g * (0.5 * (ive(v - 1, x) + ive(v + 1, x)) - F.sign(x) * ans), x.shape)), name="scipy.special.ive")
-jv = defprim(sc.jv, (_no_derivative("jv"), lambda g, ans, v, x: unbroadcast(
-    g * 0.5 * (jv(v - 1, x) - jv(v + 1, x)), x.shape)), name="scipy.special.jv")
-kv = defprim(sc.kv, (_no_derivative("kv"), lambda g, ans, v, x: unbroadcast(
-    g * -0.5 * (kv(v - 1, x) + kv(v + 1, x)), x.shape)), name="scipy.special.kv")
-kve = defprim(sc.kve, (_no_derivative("kve"), lambda g, ans, v, x: unbroadcast(
-    g * (-0.5 * (kve(v - 1, x) + kve(v + 1, x)) + ans), x.shape)), name="scipy.special.kve")
-yv = defprim(sc.yv, (_no_derivative("yv"), lambda g, ans, v, x: unbroadcast(
-    g * 0.5 * (yv(v - 1, x) - yv(v + 1, x)), x.shape)), name="scipy.special.yv")
+
+
+# d/dx of f(v, x), shared by the VJP rule (unbroadcast to x's shape) and the JVP rule (times t)
+def _d_iv(ans, v, x):
+    return 0.5 * (iv(v - 1, x) + iv(v + 1, x))
+
+
+def _d_ive(ans, v, x):
+    return 0.5 * (ive(v - 1, x) + ive(v + 1, x)) - F.sign(x) * ans
+
+
+def _d_jv(ans, v, x):
+    return 0.5 * (jv(v - 1, x) - jv(v + 1, x))
+
+
+def _d_kv(ans, v, x):
+    return -0.5 * (kv(v - 1, x) + kv(v + 1, x))
+
+
+def _d_kve(ans, v, x):
+    return -0.5 * (kve(v - 1, x) + kve(v + 1, x)) + ans
+
+
+def _d_yv(ans, v, x):
+    return 0.5 * (yv(v - 1, x) - yv(v + 1, x))
+
+
+def _bessel(impl, name, d):
+    """``f(v, x)`` with derivatives in ``x`` only: ``v`` (the order) is refused in both modes."""
+    refuse = _no_derivative(name)
+    return defprim(impl, (refuse, lambda g, ans, v, x: unbroadcast(g * d(ans, v, x), x.shape)),
+                   jvp=(refuse, lambda t, ans, v, x: t * d(ans, v, x)), name=f"scipy.special.{name}")
+
+
+iv = _bessel(sc.iv, "iv", _d_iv)
+ive = _bessel(sc.ive, "ive", _d_ive)
+jv = _bessel(sc.jv, "jv", _d_jv)
+kv = _bessel(sc.kv, "kv", _d_kv)
+kve = _bessel(sc.kve, "kve", _d_kve)
+yv = _bessel(sc.yv, "yv", _d_yv)
 
 
 # SciPy's own ufuncs on traced values (``scipy.special.gammaln(x)`` in user code) come here too
