@@ -561,34 +561,41 @@ class FusedBatchTrace(BatchTrace):
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
-        top = _depth[0]
-        if top > self.level:
-            for level in range(self.level + 1, top + 1):
+        if _depth[0] > self.level:
+            for level in range(self.level + 1, _depth[0] + 1):
                 if level not in _COMPUTING_LEVELS:
                     raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
                                     f"differentiates batched values ({prim.name})")
         rule = FUSED_RULES.get(prim)
         if rule is None or prim.batch is not None:
             raise _Unfuse(prim.name)
-        if len(parents) == 1:
-            batched = [False] * len(vals)
-            batched[parents[0][0]] = True
+        n = len(vals)
+        if n == 1:   # the operand is this level's own (bind unwrapped it)
+            out = rule(prim, vals, _ONE, params, self.nb)
         else:
-            batched = [False] * len(vals)
+            batched = [False] * n
             for position, _ in parents:
                 batched[position] = True
-        chain = self.chain
-        if chain:
-            for i, v in enumerate(vals):
+            chain = self.chain
+            for i in range(n):
+                v = vals[i]
                 if type(v) is Tracer and v._trace in chain:
                     vals[i] = _lift(v, self)
                     batched[i] = True
-        out = rule(prim, vals, batched, params, self.nb)
+            out = rule(prim, vals, batched, params, self.nb)
         if out is NotImplemented:
             raise _Unfuse(prim.name)
         if prim.multiple_results:
             return tuple(_wrap(o, self) for o in out)
-        return _wrap(out, self)
+        t = _new(Tracer)
+        t.value = out
+        t._trace = self
+        t.index = 0
+        return t
+
+
+_ONE = (True,)
+_new = object.__new__
 
 
 _FUSED_CLASSES = {}
@@ -632,15 +639,15 @@ def _fusable(flat, top):
 
 
 def _run_fused(f, flat, size, out_axes, parent):
-    S = _prims()[3]
     k = parent.nb
-    _depth[0] += 1
-    trace = _fused_class(k + 1)(_depth[0], size, parent)
-    _COMPUTING_LEVELS.add(trace.level)
+    level = _depth[0] = _depth[0] + 1
+    trace = _fused_class(k + 1)(level, size, parent)
+    _COMPUTING_LEVELS.add(level)
     _OPEN.append(trace)
     hook = _table.BATCHING
     previous = hook[0]
     hook[0] = _nondiff_batched
+    chain = parent.chain
     try:
         args = []
         for leaves, axes, treedef in flat:
@@ -648,34 +655,48 @@ def _run_fused(f, flat, size, out_axes, parent):
             for leaf, ax in zip(leaves, axes):
                 if ax is not None:
                     if type(leaf) is Tracer and leaf._trace is parent:
-                        leaf = _wrap(_move(leaf.value, k + ax, k), trace)
-                    elif type(leaf) is Tracer and leaf._trace in parent.chain:
-                        leaf = _wrap(_move(_lift(leaf, parent), k + ax, k), trace)
+                        x = _move(leaf.value, k + ax, k)
+                    elif type(leaf) is Tracer and leaf._trace in chain:
+                        x = _move(_lift(leaf, parent), k + ax, k)
                     else:
                         x = _move(leaf, ax, 0)
-                        leaf = _wrap(_reshape(x, shape=(1,) * k + tuple(_shape(x))), trace)
+                        x = _reshape(x, (1,) * k + tuple(_shape(x)))
+                    leaf = _new(Tracer)
+                    leaf.value = x
+                    leaf._trace = trace
+                    leaf.index = 0
                 wrapped.append(leaf)
             args.append(wrapped[0] if treedef is tree.LEAF else tree.unflatten(treedef, wrapped))
         out = f(*args)
-        leaves, axes, treedef = _axes_for(out_axes, out, "out_axes")
+        if type(out) is Tracer and type(out_axes) is int:
+            leaves, axes, treedef = [out], [out_axes], tree.LEAF
+        else:
+            leaves, axes, treedef = _axes_for(out_axes, out, "out_axes")
+        unfused_parent = type(parent) is BatchTrace   # its values have the full batch
         result = []
         for leaf, ax in zip(leaves, axes):
             if ax is None or type(leaf) is not Tracer or leaf._trace is not trace:
                 raise _Unfuse("an output that is unbatched here, or out_axes None")
             x = leaf.value
-            sh = tuple(_shape(x))
-            full = list(sh)
-            full[k] = size
-            if type(parent) is BatchTrace:  # an unfused level: its values have the full batch
-                full[0] = parent.size
-            full = tuple(full)
-            if full != sh:
-                x = _broadcast_to(x, shape=full)
-            result.append(_wrap(_move(x, k, k + ax % (len(sh) - k)), parent))
+            sh = _shape(x)
+            if sh[k] != size or (unfused_parent and sh[0] != parent.size):
+                full = list(sh)
+                full[k] = size
+                if unfused_parent:
+                    full[0] = parent.size
+                x = _broadcast_to(x, tuple(full))
+            ax = k + ax % (len(sh) - k)
+            if ax != k:
+                x = _move(x, k, ax)
+            t = _new(Tracer)
+            t.value = x
+            t._trace = parent
+            t.index = 0
+            result.append(t)
     finally:
         hook[0] = previous
         _OPEN.pop()
-        _COMPUTING_LEVELS.discard(trace.level)
+        _COMPUTING_LEVELS.discard(level)
         close_trace(trace)
     return result[0] if treedef is tree.LEAF else tree.unflatten(treedef, result)
 
@@ -700,13 +721,17 @@ _SCALARS = (int, float)
 
 
 def f_elementwise_rule(prim, vals, batched, params, nb):
+    # plain arrays go to ``prim.impl`` directly: what ``prim(...)`` does for them, one call less
     if len(vals) == 1:
-        return prim(vals[0], **params)
+        x = vals[0]
+        return prim.impl(x, **params) if type(x) is np.ndarray else prim(x, **params)
     if len(vals) == 2:
         x, y = vals
-        if type(y) in _SCALARS or type(x) in _SCALARS:   # x ** 2, 1 / x: nothing to align
-            return prim(x, y, **params)
-        if batched[0] and batched[1] and len(_shape(x)) == len(_shape(y)):
+        tx, ty = type(x), type(y)
+        if ty in _SCALARS or tx in _SCALARS or (batched[0] and batched[1] and len(_shape(x)) == len(_shape(y))):
+            # x ** 2, 1 / x, or equal ranks: nothing to align
+            if tx is not Tracer and ty is not Tracer:
+                return prim.impl(x, y, **params)
             return prim(x, y, **params)
     ranks = [len(_shape(v)) - (nb if b else 0) for v, b in zip(vals, batched)]
     rank = max(ranks)
@@ -719,7 +744,7 @@ def f_reduction_rule(prim, vals, batched, params, nb):
     p = dict(params)
     if "axis" in p or prim.name in ("sum", "max", "min", "prod"):
         p["axis"] = _axis_nb(p.get("axis"), _ndim(x) - nb, nb)
-    return prim(x, **p)
+    return prim.impl(x, **p) if type(x) is np.ndarray else prim(x, **p)
 
 
 def f_scan_rule(prim, vals, batched, params, nb):
@@ -1012,7 +1037,8 @@ def _move(x, source, dest):
     if source == dest:
         return x
     if type(x) is not Tracer:
-        x = np.asarray(x)
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
         order = list(range(x.ndim))
         order.insert(dest, order.pop(source))
         return x.transpose(order)
@@ -1030,26 +1056,34 @@ def vmap(f, in_axes=0, out_axes=0):
     axis goes in each output leaf (an int, or a pytree matching the output).
     """
 
+    many = isinstance(in_axes, (tuple, list))
+    fixed_axes = tuple(in_axes) if many else None
+
     @functools.wraps(f)
     def vmapped(*args):
-        if isinstance(in_axes, (tuple, list)):
-            if len(in_axes) != len(args):
+        if many:
+            if len(fixed_axes) != len(args):
                 raise ValueError(f"vmap: in_axes has {len(in_axes)} entries for {len(args)} arguments")
-            per_arg = list(in_axes)
+            per_arg = fixed_axes
         else:
-            per_arg = [in_axes] * len(args)
+            per_arg = (in_axes,) * len(args)
         flat = []
         size = None
-        for n, (arg, axes) in enumerate(zip(args, per_arg)):
+        n = -1
+        for arg, axes in zip(args, per_arg):
+            n += 1
             t = type(arg)
             if (t is Tracer or t is np.ndarray) and (axes is None or type(axes) is int):
+                if axes is None:   # one array, unbatched
+                    flat.append(([arg], [None], tree.LEAF))
+                    continue
                 leaves, axs, treedef = [arg], [axes], tree.LEAF   # one array, one axis
             else:
                 leaves, axs, treedef = _axes_for(axes, arg, f"in_axes[{n}]")
             fixed = []
             for leaf, ax in zip(leaves, axs):
                 if ax is not None:
-                    shape = _shape(leaf)
+                    shape = leaf.shape if type(leaf) is Tracer else _shape(leaf)
                     if not shape:
                         raise ValueError(f"vmap: argument {n} has a scalar leaf, which has no axis {ax}")
                     ax = ax % len(shape)
