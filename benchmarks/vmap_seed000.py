@@ -12,6 +12,10 @@ the batch axis:
 
 Shapes (as in benchmarks/workloads.py): a (W, R, B), b (W, N, B), S[i, j, k] = cos(b[:, i, k], a[:, j, k]);
 float32; the loss is sum(P * wts) with fixed random weights.
+
+The inner vmaps are fused into the outer level (one batching rule call per operation, see
+wengert/transforms/batching.py); the "unfused" columns time the same code with fusion switched off
+(``batching.FUSE = False``: every vmap its own level, as before fusion existed), in the same run.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import numpy as np
 
 import wengert as wg
 import wengert.numpy as wnp
+from wengert.transforms import batching
 
 SIZES = [("seed", (16, 64, 4, 16)), ("16x", (16, 64, 4, 256))]   # N, W, R, B
 
@@ -81,13 +86,19 @@ def run(repeat=30):
         assert np.allclose(v1, v2, rtol=1e-4) and np.allclose(ga1, ga2, rtol=1e-3, atol=1e-5) \
             and np.allclose(gb1, gb2, rtol=1e-3, atol=1e-5)
         times = {}
-        # interleaved, so that machine load skews both forms alike
+        # interleaved, so that machine load skews all forms alike
         for _ in range(3):
-            for name, fn in (("fwd vectorized", lambda: vectorized(a, b, wts)),
-                             ("fwd vmap", lambda: vmapped(a, b, wts)),
-                             ("vg vectorized", lambda: vg_vec(a, b, wts)),
-                             ("vg vmap", lambda: vg_vmap(a, b, wts))):
-                times.setdefault(name, []).append(_best(fn, repeat))
+            for name, fn, fuse in (("fwd vectorized", lambda: vectorized(a, b, wts), True),
+                                   ("fwd vmap", lambda: vmapped(a, b, wts), True),
+                                   ("fwd unfused", lambda: vmapped(a, b, wts), False),
+                                   ("vg vectorized", lambda: vg_vec(a, b, wts), True),
+                                   ("vg vmap", lambda: vg_vmap(a, b, wts), True),
+                                   ("vg unfused", lambda: vg_vmap(a, b, wts), False)):
+                batching.FUSE = fuse
+                try:
+                    times.setdefault(name, []).append(_best(fn, repeat))
+                finally:
+                    batching.FUSE = True
         t = {k: min(v) for k, v in times.items()}
         rows.append((label, (N, W, R, B), t))
     return rows
@@ -97,12 +108,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
-    print("| size | N,W,R,B | forward: vectorized / vmap (us) | ratio | value_and_grad: vectorized / vmap (us) | ratio |")
+    print("| size | N,W,R,B | forward: vectorized / vmap / unfused (us) | ratio (unfused) "
+          "| value_and_grad: vectorized / vmap / unfused (us) | ratio (unfused) |")
     print("|---|---|---|---|---|---|")
     for label, dims, t in run(args.repeat):
-        print(f"| {label} | {','.join(map(str, dims))} | {t['fwd vectorized']:.0f} / {t['fwd vmap']:.0f} | "
-              f"{t['fwd vmap'] / t['fwd vectorized']:.2f}x | {t['vg vectorized']:.0f} / {t['vg vmap']:.0f} | "
-              f"{t['vg vmap'] / t['vg vectorized']:.2f}x |")
+        print(f"| {label} | {','.join(map(str, dims))} | "
+              f"{t['fwd vectorized']:.0f} / {t['fwd vmap']:.0f} / {t['fwd unfused']:.0f} | "
+              f"{t['fwd vmap'] / t['fwd vectorized']:.2f}x ({t['fwd unfused'] / t['fwd vectorized']:.2f}x) | "
+              f"{t['vg vectorized']:.0f} / {t['vg vmap']:.0f} / {t['vg unfused']:.0f} | "
+              f"{t['vg vmap'] / t['vg vectorized']:.2f}x ({t['vg unfused'] / t['vg vectorized']:.2f}x) |")
 
 
 if __name__ == "__main__":
