@@ -92,6 +92,15 @@ def _sum_kept(x, axis):
     return R.sum_(x, axis=axis, keepdims=True)
 
 
+def _plain(*xs):
+    """All plain arrays of one or more dimensions (first order): a rule may then work in place on the
+    arrays it creates (operations on 0-d arrays give NumPy scalars)."""
+    for x in xs:
+        if type(x) is not np.ndarray or not x.ndim:
+            return False
+    return True
+
+
 # --- softmax, log_softmax, logsumexp -------------------------------------------------------------
 def _softmax(x, axis=None):
     x, dt = _up(x)
@@ -106,8 +115,18 @@ def _softmax_vjp(g, ans, x, axis=None):
     return ga - ans * _sum_kept(ga, axis)
 
 
-# the Jacobian diag(p) - p p^T is symmetric: the VJP rule is the JVP, p * (t - sum(p * t))
-softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax", jvp=_softmax_vjp)
+def _softmax_jvp(t, ans, x, axis=None):
+    """``p * (t - sum(p * t))``: the VJP's formula, as the Jacobian ``diag(p) - p p^T`` is symmetric."""
+    if not _plain(t, ans):
+        return _softmax_vjp(t, ans, x, axis)
+    out = ans * t                                        # one new array, then in place
+    s = np.sum(out, axis=axis, keepdims=True)
+    np.subtract(t, s, out=out)
+    out *= ans
+    return out
+
+
+softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax", jvp=_softmax_jvp)
 
 
 def _log_softmax(x, axis=None):
@@ -117,9 +136,17 @@ def _log_softmax(x, axis=None):
     return z.astype(dt, copy=False)
 
 
+def _log_softmax_jvp(t, ans, x, axis=None):
+    """``t - sum(softmax(x) * t)``, the softmax as ``exp(ans)``."""
+    if not _plain(t, ans):
+        return t - _sum_kept(E.exp(ans) * t, axis)
+    p = np.exp(ans)
+    p *= t
+    return t - np.sum(p, axis=axis, keepdims=True)
+
+
 log_softmax = defprim(_log_softmax, lambda g, ans, x, axis=None: g - E.exp(ans) * _sum_kept(g, axis),
-                      name="nn.log_softmax",
-                      jvp=lambda t, ans, x, axis=None: t - _sum_kept(E.exp(ans) * t, axis))
+                      name="nn.log_softmax", jvp=_log_softmax_jvp)
 
 
 def _log_softmax_known(x, axis=None, known=None):
@@ -150,8 +177,13 @@ def _logsumexp_vjp(g, ans, x, axis=None, keepdims=False):
 
 def _logsumexp_jvp(t, ans, x, axis=None, keepdims=False):
     """``sum(softmax(x) * t)``, the softmax as ``exp(x - ans)`` (as the VJP rule)."""
-    p = E.exp(x - _as_kept(ans, x.shape, axis, keepdims))
-    return R.sum_(p * t, axis=axis, keepdims=keepdims)
+    kept = _as_kept(ans, x.shape, axis, keepdims)
+    if not _plain(t, x) or type(kept) is Tracer:
+        return R.sum_(E.exp(x - kept) * t, axis=axis, keepdims=keepdims)
+    p = np.subtract(x, kept)                             # one new array, then in place
+    np.exp(p, out=p)
+    p *= t
+    return np.sum(p, axis=axis, keepdims=keepdims)
 
 
 logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp", jvp=_logsumexp_jvp)
@@ -274,12 +306,16 @@ def _reduce_tangent(d, t, axis, reduction, examples):
 def _sce_sparse_jvp(t, ans, x, labels, axis, reduction, stash=None):
     """``sum((softmax - onehot) * t)`` per example; the labels are integers (no tangent)."""
     p = _probabilities(x, axis, stash)
-    if type(p) is not Tracer and axis == p.ndim - 1:
-        d = p.copy()                                    # softmax - onehot in one new array
+    if _plain(p, t) and axis == p.ndim - 1:
+        d = p * t                                       # (softmax - onehot) * t in one new array
         rows, flat = _rows(labels)
-        d.reshape(-1, p.shape[-1])[rows, flat] -= 1
-    else:
-        d = p - _one_hot_at(labels, x.shape, axis, _dtype(p))
+        d.reshape(-1, p.shape[-1])[rows, flat] -= t.reshape(-1, p.shape[-1])[rows, flat]
+        per_example = np.sum(d, axis=axis)
+        if reduction == "none":
+            return per_example
+        total = np.sum(per_example)
+        return total / per_example.size if reduction == "mean" else total
+    d = p - _one_hot_at(labels, x.shape, axis, _dtype(p))
     return _reduce_tangent(d, t, axis, reduction, _examples(x.shape, axis))
 
 
