@@ -267,6 +267,29 @@ def test_nested_vmap_of_every_table_row_equals_a_double_loop(name):
                              for e in ex])
         assert np.shape(leaf) == expected.shape
         np.testing.assert_allclose(leaf, expected, rtol=1e-12, atol=1e-12)
+    # the gradient through the fused levels is the unfused one
+    from wengert.transforms import batching
+    nums = tuple(i for i, b in enumerate(batched) if b and np.issubdtype(np.asarray(args[i]).dtype, np.floating))
+    if not nums or not all(np.issubdtype(np.asarray(leaf).dtype, np.floating) for leaf in leaves):
+        return
+    weights = [np.cos(np.arange(np.size(leaf))).reshape(np.shape(leaf)) for leaf in leaves]
+
+    def loss(*a):
+        outs = wg.tree.flatten(wg.vmap(wg.vmap(fn, in_axes=axes), in_axes=axes)(*a))[0]
+        return sum(wnp.sum(o * w) for o, w in zip(outs, weights))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            batching.FUSE = False
+            ref = wg.grad(loss, argnums=nums)(*args)
+        except Exception:   # not differentiable (a row testing an error, integer outputs, ...)
+            return
+        finally:
+            batching.FUSE = True
+        got = wg.grad(loss, argnums=nums)(*args)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)
 
 
 def _cos(u, v):

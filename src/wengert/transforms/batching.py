@@ -556,7 +556,7 @@ class FusedBatchTrace(BatchTrace):
     def __init__(self, level, size, parent):
         super().__init__(level, size)
         self.parent = parent
-        self.chain = parent.chain | {parent}
+        self.chain = parent.chain.union((parent,))
 
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
@@ -1058,6 +1058,8 @@ def vmap(f, in_axes=0, out_axes=0):
 
     many = isinstance(in_axes, (tuple, list))
     fixed_axes = tuple(in_axes) if many else None
+    spec = getattr(f, "_wengert_grad", None)   # set by grad when it makes f
+    fusing = [True]   # False once a fused run of f failed
 
     @functools.wraps(f)
     def vmapped(*args):
@@ -1096,18 +1098,20 @@ def vmap(f, in_axes=0, out_axes=0):
             flat.append((leaves, fixed, treedef))
         if size is None:
             raise ValueError("vmap: no argument has a batch axis (in_axes are all None)")
-        spec = getattr(f, "_wengert_grad", None)
         if spec is not None and spec[0] is f:
             done = _per_example_grad(spec[1], spec[2], flat, size, out_axes)
             if done is not None:
                 return done[0]
         top = _OPEN[-1] if _OPEN else None
-        if FUSE and top is not None and top.level == _depth[0] and top.alive and _fusable(flat, top):
+        if FUSE and fusing[0] and top is not None and top.level == _depth[0] and top.alive \
+                and _fusable(flat, top):
             try:
                 return _run_fused(f, flat, size, out_axes, top)
             except (_Unfuse, NeedsLoop, TypeError, ValueError, IndexError, NotImplementedError,
                     NoDerivativeError):
-                pass  # the unfused run below gives the same answer, or the same error or warning
+                # the unfused run below gives the same answer, or the same error or warning; later
+                # calls go there directly instead of running f twice
+                fusing[0] = False
         try:
             return _run_batched(f, flat, size, out_axes)
         except NeedsLoop as e:
