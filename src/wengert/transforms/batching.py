@@ -622,6 +622,13 @@ def _broadcast_to(x, shape):
     return np.broadcast_to(x, shape) if type(x) is np.ndarray else _prims()[3].broadcast_to(x, shape=shape)
 
 
+def _matmul(x, y):
+    """The matmul primitive; plain arrays straight to its impl."""
+    if type(x) is np.ndarray and type(y) is np.ndarray:
+        return _prims()[0].matmul.impl(x, y)
+    return _prims()[0].matmul(x, y)
+
+
 def _lift(v, trace):
     """The value of ``v`` (a tracer of one of ``trace``'s fused levels) in ``trace``'s layout."""
     x = v.value
@@ -916,7 +923,7 @@ def _vdot(x, y, nb):
         lead = _shape(first)[:nb]
         first = _reshape(first, lead + (w,))
         second = _reshape(second, _shape(second)[:common] + (w, 1))
-        return _reshape(_prims()[0].matmul(first, second), lead)
+        return _reshape(_matmul(first, second), lead)
     # two: the first is one operand's only, the second the other's
     if sx[common] != 1 and sx[common + 1] == 1 and sy[common] == 1 and sy[common + 1] != 1:
         first, second = x, y
@@ -928,7 +935,7 @@ def _vdot(x, y, nb):
     first = _reshape(first, sf[:common + 1] + (w,))
     second = _reshape(second, ss[:common] + ss[common + 1:])
     second = _transpose(second, tuple(range(common)) + (common + 1, common))
-    return _prims()[0].matmul(first, second)
+    return _matmul(first, second)
 
 
 def f_dot_rule(prim, vals, batched, params, nb):
