@@ -438,3 +438,20 @@ def test_fused_batched_vector_dots_every_axis_pattern(inner, outer):
         batching.FUSE = old
     np.testing.assert_allclose(g[0], g_ref[0], rtol=1e-12)
     np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-12)
+
+
+def test_user_code_cannot_swallow_the_fused_abort():
+    """Aborting a fused run is not an Exception: an ``except Exception`` in the vmapped function
+    does not turn it into a different answer."""
+    x = np.arange(12.0).reshape(3, 2, 2)
+
+    def inner(v):
+        try:
+            return wnp.concatenate([v, v])
+        except Exception:   # pragma: no cover - would be a wrong answer
+            return v * 0.0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(wg.vmap(inner))(x)
+    np.testing.assert_array_equal(out, np.concatenate([x, x], axis=-1))

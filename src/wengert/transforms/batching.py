@@ -61,7 +61,7 @@ class BatchTrace(Trace):
         self.tape = _NoTape()
         self.size = size
         self.parent = None
-        self.chain = frozenset()  # the batch levels this one was fused with (see FusedBatchTrace)
+        self.chain = ()  # the batch levels this one was fused with, outermost first (see FusedBatchTrace)
         self.guard = _never   # non-None: bind's rare path, which checks ``batched``
 
     def process(self, prim, args, vals, parents, params):
@@ -543,8 +543,9 @@ _OPEN = []  # the open batch levels, innermost last
 FUSE = True  # False: every vmap opens its own level (for comparisons and tests)
 
 
-class _Unfuse(Exception):
-    """The fused run cannot express this: run the inner vmap as its own level instead."""
+class _Unfuse(BaseException):
+    """The fused run cannot express this: run the inner vmap as its own level instead. Not an
+    Exception, so that the user's ``except Exception`` cannot swallow it and change the result."""
 
 
 class FusedBatchTrace(BatchTrace):
@@ -554,9 +555,19 @@ class FusedBatchTrace(BatchTrace):
     __slots__ = ()
 
     def __init__(self, level, size, parent):
-        super().__init__(level, size)
+        if _PLAIN_TRACE_FIELDS:   # Trace.__init__ and BatchTrace.__init__ inlined: one per inner vmap call
+            self.level = level
+            self.tape = _NoTape()
+            self.alive = True
+            self.inputs = []
+            self.written = self.saved = None
+            self.scanned = 0
+            self.size = size
+            self.guard = _never
+        else:
+            super().__init__(level, size)
         self.parent = parent
-        self.chain = parent.chain.union((parent,))
+        self.chain = parent.chain + (parent,)
 
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
@@ -594,6 +605,9 @@ class FusedBatchTrace(BatchTrace):
         return t
 
 
+# the fields Trace.__init__ sets, as FusedBatchTrace.__init__ sets them (else it calls it)
+_PLAIN_TRACE_FIELDS = Trace.__slots__ == ("level", "tape", "alive", "guard", "inputs", "written", "saved",
+                                          "scanned", "__weakref__")
 _ONE = (True,)
 _new = object.__new__
 
