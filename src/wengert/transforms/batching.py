@@ -10,6 +10,10 @@ one batched contraction, indexing gets a leading full slice. The rules call prim
 on the values, so an outer ``grad`` records them as usual: ``grad(lambda p: vmap(f)(p, xs).sum())``
 is a single batched tape.
 
+A ``vmap`` called inside a vmapped function on its batched values does not open a second level
+that would pass each operation through both levels' rules: it is fused into the open level (see
+"fused nested vmaps" below), so nested vmaps cost one rule call per operation.
+
 A primitive without a rule is run once per example and stacked, with a warning naming it. Where
 the batched run cannot be trusted at all (Python control flow on a batched value, ``float()`` of
 one, a ``grad`` or ``jvp`` opened inside the vmapped function, a ``Buffer``), the whole function is
