@@ -50,6 +50,21 @@ def _never(trace, args, prim):  # pragma: no cover - bind calls ``process`` inst
 
 
 _COMPUTING_LEVELS = set()  # open vmap and jvp levels: they record nothing, so nesting them is safe
+# (jvp level, depth) while a jvp level computes a tangent: the levels opened inside that jvp
+# (above it, up to depth) never see the tangent, so batched tangents do not reach their tapes:
+# jacfwd(jacrev(f)) batches its basis tangents through grad's tape (transforms/forward.py).
+_SHIELDS = []
+
+
+def _recorded_by_a_tape(level):
+    """Would a batched value made now at ``level`` be recorded by a tape level above it?"""
+    for above in range(level + 1, _depth[0] + 1):
+        if above in _COMPUTING_LEVELS:
+            continue
+        if any(jvp_level > level and jvp_level < above <= depth for jvp_level, depth in _SHIELDS):
+            continue
+        return True
+    return False
 _CURRENT = [None]  # the batch trace whose rule is running
 
 
@@ -71,8 +86,7 @@ class BatchTrace(Trace):
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
-        top = _depth[0]
-        if top > self.level and any(l not in _COMPUTING_LEVELS for l in range(self.level + 1, top + 1)):
+        if _depth[0] > self.level and _recorded_by_a_tape(self.level):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function differentiates "
                             f"batched values ({prim.name})")
         batched = [False] * len(vals)
@@ -576,11 +590,9 @@ class FusedBatchTrace(BatchTrace):
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
-        if _depth[0] > self.level:
-            for level in range(self.level + 1, _depth[0] + 1):
-                if level not in _COMPUTING_LEVELS:
-                    raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
-                                    f"differentiates batched values ({prim.name})")
+        if _depth[0] > self.level and _recorded_by_a_tape(self.level):
+            raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
+                            f"differentiates batched values ({prim.name})")
         rule = FUSED_RULES.get(prim)
         if rule is None or prim.batch is not None:
             raise _Unfuse(prim.name)

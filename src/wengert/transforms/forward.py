@@ -25,6 +25,7 @@ from ..core import tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
 from ..core.mutation import InPlaceWriteError, ADVICE, check_not_stale, root
 from ..core.trace import Trace, Tracer, _depth, close_trace, unbox
+from .batching import _SHIELDS
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
 
 
@@ -53,7 +54,11 @@ class JVPTrace(Trace):
         tangents = [None] * len(vals)
         for position, _ in parents:
             tangents[position] = args[position].tangent
-        t = tangent_out(prim, tangents, ans, vals, params)
+        _SHIELDS.append((self.level, _depth[0]))
+        try:
+            t = tangent_out(prim, tangents, ans, vals, params)
+        finally:
+            _SHIELDS.pop()
         if prim.multiple_results:
             return tuple(self.wrap(a, ti) for a, ti in zip(ans, t if t is not None else (None,) * len(ans)))
         return self.wrap(ans, t)
