@@ -253,3 +253,129 @@ def test_op_says_it_has_no_forward_mode():
 
     with pytest.raises(wg.CustomGradientError, match="double.*forward mode"):
         wg.jvp(lambda x: double(x), (np.ones(2),), (np.ones(2),))
+
+
+# --- JVP rules of reductions, shape operations, contractions, writes, fft and convolve -------------
+_STRUCTURAL = ("sum", "max", "min", "_prod", "_cumsum", "_cumprod", "reshape", "transpose", "broadcast_to", "astype",
+               "concatenate", "stack", "getitem", "index_add", "flip", "roll", "diagonal", "diagonal_embed",
+               "pad_constant", "matmul", "tensordot", "dot", "outer", "einsum", "scatter_set", "scatter_multiply",
+               "fft.c2c", "fft.rfft", "fft.irfft", "scipy.signal.convolve")
+
+
+@pytest.fixture
+def own_structural_rules(monkeypatch):
+    """Forward mode must run these primitives' own JVP rules: the transposed-VJP fallback fails the test."""
+    from wengert.transforms import forward
+    fallback = forward.transposed_jvp
+
+    def refuse(prim, *args):
+        if prim.name in _STRUCTURAL:
+            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+        return fallback(prim, *args)
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
+def test_structural_primitives_have_jvp_rules():
+    import wengert.numpy.fft  # noqa: F401
+    import wengert.scipy.signal  # noqa: F401
+    from wengert.primitives._table import PRIMITIVES
+    missing = [n for n in _STRUCTURAL
+               if PRIMITIVES[n].jvp is None and PRIMITIVES[n].fused_jvp is None and not PRIMITIVES[n].linear]
+    assert missing == []
+    for name in ("setitem", "buffer_snapshot"):  # tape-only entries: forward mode never binds them
+        with pytest.raises(AssertionError, match="reverse mode only"):
+            PRIMITIVES[name].fused_jvp([None], None, (), {})
+
+
+_I = np.array([[2, 0], [0, 1]])
+_ROWS = np.array([2, 0, 2])
+STRUCTURAL_CASES = {
+    "prod one zero": (lambda x: wnp.prod(x, axis=1), [[0.9, 0.0, 1.2], [1.1, -0.8, 1.3]]),
+    "prod two zeros in a lane": (lambda x: wnp.prod(x, axis=(0, 1)), [[0.9, 0.0], [0.0, 1.3]]),
+    "prod no zero keepdims": (lambda x: wnp.prod(x, axis=0, keepdims=True), [[0.9, -1.1], [1.2, 1.3]]),
+    "cumprod zeros": (lambda x: wnp.cumprod(x, axis=1), [[0.9, 0.0, 1.2, 0.0, 1.1], [0.0, 1.1, -0.8, 1.3, 0.7]]),
+    "cumprod no zero": (lambda x: wnp.cumprod(x, axis=0), [[0.9, -1.1], [1.2, 1.3], [0.7, 1.5]]),
+    "sum cumsum": (lambda x: wnp.cumsum(x, axis=0) + wnp.sum(x, axis=1, keepdims=True), [[0.3, -0.4], [1.2, 0.5]]),
+    "max min": (lambda x: wnp.max(x, axis=0) * wnp.min(x), [[0.3, -0.4, 2.0], [1.2, 0.5, -1.0]]),
+    "getitem integer arrays": (lambda x: x[_I, 1:].sum(axis=0) * x[_ROWS, :2][1:], [[0.3, -0.4, 2.0], [1.2, 0.5, -1.0], [0.1, 0.2, 0.7]]),
+    "take_along_axis": (lambda x: wnp.take_along_axis(x, np.array([[0, 2, 2]]), axis=1), [[0.3, -0.4, 2.0]]),
+    "at add repeats": (lambda x, v: wg.at(x)[np.array([0, 2, 0])].add(v), [0.3, -0.4, 2.0], [1.5, 0.5, -1.0]),
+    "at add constant base": (lambda v: wg.at(np.zeros(3))[np.array([1, 1])].add(v * v), [1.5, 0.5]),
+    "at set": (lambda x, v: wg.at(x)[1:].set(v * 2.0), [0.3, -0.4, 2.0], [1.5, 0.5]),
+    "at set constant value": (lambda x: wg.at(x)[np.array([0, 2])].set(7.0) * x, [0.3, -0.4, 2.0]),
+    "at set into a constant": (lambda v: wg.at(np.ones((2, 2)))[0].set(v), [1.5, 0.5]),
+    "at multiply": (lambda x, v: wg.at(x)[np.array([2, 0])].multiply(v) * x, [0.3, -0.4, 2.0], [1.5, 0.5]),
+    "concatenate stack with constants": (lambda x, y: wnp.concatenate([x, np.ones(2), y]) * wnp.stack(
+        [x, y, np.zeros(2)], axis=1).sum(axis=1).sum(), [0.3, -0.4], [1.5, 0.5]),
+    "pad with a nonzero constant": (lambda x: wnp.pad(x, ((1, 0), (0, 2)), constant_values=2.5) * 3, [[0.3, -0.4]]),
+    "flip roll transpose reshape": (lambda x: wnp.flip(wnp.roll(x, 1, axis=0), axis=1).T.reshape(-1)[::-2],
+                                    [[0.3, -0.4, 0.2], [1.2, 0.5, -1.0]]),
+    "diag diagonal broadcast_to": (lambda x: wnp.diag(wnp.diagonal(x)) + wnp.broadcast_to(x[0], (3, 3)),
+                                   [[0.3, -0.4, 0.2], [1.2, 0.5, -1.0], [0.1, 0.2, 0.7]]),
+    "astype": (lambda x: wnp.astype(x.astype(np.complex128), np.float64) * x + x.astype(np.int64), [0.3, -1.4]),
+    "matmul batched and 1-d": (lambda a, b, v: (a @ b) @ v + (v @ b.T).sum(),
+                               np.arange(24.0).reshape(2, 3, 4) / 10, np.linspace(-1, 1, 20).reshape(4, 5),
+                               [0.3, -0.4, 0.2, 1.1, 0.9]),
+    "dot tensordot outer": (lambda a, b: wnp.dot(a, b) + wnp.tensordot(a, b, axes=([1], [0])) + wnp.outer(a[:, 0], b[1]),
+                            [[0.3, -0.4, 0.2], [1.2, 0.5, -1.0]], [[0.1, 0.2], [0.7, -0.3], [1.1, 0.4]]),
+    "dot scalar and vectors": (lambda a, b: wnp.dot(a[0], b) * wnp.dot(a, b) + wnp.dot(2.0, a), [0.3, -0.4], [1.2, 0.5]),
+    "einsum three operands": (lambda a, b, c: wnp.einsum("ij,jk,k->i", a, b, c), [[0.3, -0.4], [1.2, 0.5]],
+                              [[0.1, 0.2, 0.3], [0.7, -0.3, 0.5]], [1.1, 0.4, -0.6]),
+    "einsum diagonal and one operand": (lambda a: wnp.einsum("ii->i", a) * wnp.einsum("ij,ij->", a, a),
+                                        [[0.3, -0.4], [1.2, 0.5]]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURAL_CASES))
+def test_structural_jvp_rules_match_finite_differences(name, own_structural_rules):
+    fn, *args = STRUCTURAL_CASES[name]
+    args = tuple(np.asarray(a, dtype=float) for a in args)
+    wg.check_grads(fn, args, modes=("fwd",))
+
+
+@pytest.mark.parametrize("name", ["prod one zero", "prod two zeros in a lane", "cumprod zeros", "at multiply",
+                                  "matmul batched and 1-d", "einsum three operands", "max min"])
+def test_structural_forward_over_reverse_and_jacfwd(name, own_structural_rules):
+    fn, *args = STRUCTURAL_CASES[name]
+    args = tuple(np.asarray(a, dtype=float) for a in args)
+    wg.check_grads(fn, args, order=2, modes=("fwd",))
+    nums = tuple(range(len(args)))
+    fwd, rev = wg.jacfwd(fn, argnums=nums)(*args), wg.jacobian(fn, argnums=nums)(*args)
+    for a, b in zip(fwd, rev):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_max_min_jvp_averages_tied_tangents(own_structural_rules):
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
+    t = np.array([[5.0, 1.0, 2.0], [3.0, 6.0, 0.0]])
+    np.testing.assert_allclose(wg.jvp(lambda x: wnp.max(x, axis=1), (x,), (t,))[1], [1.5, 3.0])
+    y = np.array([[1.0, 2.0, 2.0], [2.0, 2.0, 2.0]])
+    np.testing.assert_allclose(wg.jvp(lambda y: wnp.min(y, axis=0), (y,), (t,))[1], [5.0, 3.5, 1.0])
+    np.testing.assert_allclose(wg.jvp(wnp.max, (x,), (t,))[1], 1.5)
+    # the same shares as reverse mode: the JVP equals the Jacobian (from the VJP) times t
+    np.testing.assert_allclose(wg.jvp(wnp.min, (x,), (t,))[1], wg.jacobian(wnp.min)(x).ravel() @ t.ravel())
+
+
+def test_prod_jvp_is_finite_at_subnormal_elements(own_structural_rules):
+    x = np.array([1e-310, 2.0, 3.0])
+    t = np.ones(3)
+    out, dt = wg.jvp(wnp.prod, (x,), (t,))
+    np.testing.assert_allclose(dt, 6.0 + 5e-310)
+    np.testing.assert_allclose(wg.jvp(wnp.cumprod, (x,), (t,))[1], [1.0, 2.0, 6.0])
+    zero = np.array([0.0, 2.0, 3.0])  # exact zeros: the surviving term exactly
+    np.testing.assert_allclose(wg.jvp(wnp.cumprod, (zero,), (np.array([0.5, 1.0, 1.0]),))[1], [0.5, 1.0, 3.0])
+
+
+def test_astype_jvp_to_integer_and_from_complex(own_structural_rules):
+    x, t = np.array([1.7, -2.2]), np.array([1.0, 2.0])
+    out, dt = wg.jvp(lambda x: x.astype(np.int64), (x,), (t,))
+    assert out.dtype == np.int64 and np.all(dt == 0)
+    z, tz = np.array([1.0 + 2.0j, -0.5j]), np.array([0.5 - 1.0j, 2.0 + 1.0j])
+    out, dt = wg.jvp(lambda z: wnp.astype(z, np.float64), (z,), (tz,))  # the real part's tangent
+    assert dt.dtype == np.float64
+    np.testing.assert_allclose(dt, tz.real)
+    out, dt = wg.jvp(lambda x: wnp.astype(x, np.complex128), (x,), (t,))
+    assert dt.dtype == np.complex128
+    np.testing.assert_allclose(dt, t)
+    out, dt = wg.jvp(lambda x: x.astype(np.float32), (x,), (t,))
+    assert dt.dtype == np.float32

@@ -60,7 +60,7 @@ def _c2c_vjp(g, ans, x, s, axes, norm, inverse):
     return _resize_like(_c2c(g, s=s, axes=axes, norm=norm, inverse=inverse), axes, x.shape)
 
 
-_c2c = _defprim(_c2c_impl, _c2c_vjp, name="fft.c2c")
+_c2c = _defprim(_c2c_impl, _c2c_vjp, name="fft.c2c", linear=True)  # linear: the JVP is the FFT of the tangent
 
 
 def _rfft_impl(x, n, axis, norm):
@@ -72,7 +72,7 @@ def _rfft_vjp(g, ans, x, n, axis, norm):
     return _resize(_X.real(full), axis, x.shape[axis])
 
 
-_rfft = _defprim(_rfft_impl, _rfft_vjp, name="fft.rfft")
+_rfft = _defprim(_rfft_impl, _rfft_vjp, name="fft.rfft", linear=True)
 
 
 def _irfft_impl(x, n, axis, norm):
@@ -91,7 +91,7 @@ def _irfft_vjp(g, ans, x, n, axis, norm):
     return _resize(c, axis, x.shape[axis])
 
 
-_irfft = _defprim(_irfft_impl, _irfft_vjp, name="fft.irfft")
+_irfft = _defprim(_irfft_impl, _irfft_vjp, name="fft.irfft", linear=True)  # real-linear in complex input
 
 
 # --- NumPy's functions ---------------------------------------------------------------------------

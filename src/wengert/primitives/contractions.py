@@ -55,7 +55,9 @@ def _matmul_vjp_b(g, ans, a, b):
     return reshape(unbroadcast(matmul(_swap(a), g), b2), shape=b.shape)
 
 
-matmul = defprim(_matmul, (_matmul_vjp_a, _matmul_vjp_b), name="matmul")
+# bilinear: the product rule, one contraction per traced operand
+matmul = defprim(_matmul, (_matmul_vjp_a, _matmul_vjp_b), name="matmul",
+                 jvp=(lambda t, ans, a, b: matmul(t, b), lambda t, ans, a, b: matmul(a, t)))
 
 
 def _tensordot_axes(axes, a_ndim, b_ndim):
@@ -92,7 +94,9 @@ def _tensordot_vjp_b(g, ans, a, b, axes=2):
     return transpose(db, axes=tuple(np.argsort(order)))
 
 
-tensordot = defprim(_tensordot, (_tensordot_vjp_a, _tensordot_vjp_b), name="tensordot")
+tensordot = defprim(_tensordot, (_tensordot_vjp_a, _tensordot_vjp_b), name="tensordot",
+                    jvp=(lambda t, ans, a, b, axes=2: tensordot(t, b, axes=axes),
+                         lambda t, ans, a, b, axes=2: tensordot(a, t, axes=axes)))
 
 
 def _dot(a, b):
@@ -131,7 +135,8 @@ def _dot_vjp_b(g, ans, a, b):
     return _tensordot_vjp_b(g, ans, a, b, axes=_dot_as_tensordot(a, b))
 
 
-dot = defprim(_dot, (_dot_vjp_a, _dot_vjp_b), name="dot")
+dot = defprim(_dot, (_dot_vjp_a, _dot_vjp_b), name="dot",
+              jvp=(lambda t, ans, a, b: dot(t, b), lambda t, ans, a, b: dot(a, t)))
 
 
 def _outer(a, b):
@@ -148,7 +153,8 @@ def _outer_vjp_b(g, ans, a, b):
     return reshape(dot(reshape(a, shape=(-1,)), g), shape=b.shape)
 
 
-outer = defprim(_outer, (_outer_vjp_a, _outer_vjp_b), name="outer")
+outer = defprim(_outer, (_outer_vjp_a, _outer_vjp_b), name="outer",
+                jvp=(lambda t, ans, a, b: outer(t, b), lambda t, ans, a, b: outer(a, t)))
 
 
 # --- einsum --------------------------------------------------------------------------------------
@@ -216,8 +222,22 @@ def _einsum_fused_vjp(g, ans, operands, params, parents):
     return [_einsum_vjp(position)(g, ans, *operands, **params) for position, _ in parents]
 
 
+def _einsum_fused_jvp(tangents, ans, operands, params):
+    """The product rule: one einsum per traced operand, that operand replaced by its tangent (same
+    shapes, so the same planned contraction)."""
+    total = None
+    for position, t in enumerate(tangents):
+        if t is not None:
+            ops = list(operands)
+            ops[position] = t
+            term = einsum(*ops, **params)
+            total = term if total is None else total + term
+    return total
+
+
 einsum = defprim(_einsum, (), name="einsum")
 einsum.fused_vjp = _einsum_fused_vjp
+einsum.fused_jvp = _einsum_fused_jvp
 
 
 def vdot(a, b):

@@ -53,26 +53,35 @@ def _min(x, axis=None, keepdims=False):
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
-def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
+def _tie_shares(ans, x, axis, keepdims):
+    """1/count at the elements equal to their lane's extremum, 0 elsewhere (a constant)."""
     plain_x = unbox(x)
     selected = plain_x == _expand_to(unbox(ans), plain_x.shape, axis, keepdims)
     count = np.sum(selected, axis=axis, keepdims=True)
-    share = (selected / count).astype(np.result_type(plain_x, np.float16), copy=False)
-    return _expand_to(g, plain_x.shape, axis, keepdims) * share
+    return (selected / count).astype(np.result_type(plain_x, np.float16), copy=False)
+
+
+def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
+    return _expand_to(g, unbox(x).shape, axis, keepdims) * _tie_shares(ans, x, axis, keepdims)
+
+
+def _extremum_jvp(t, ans, x, axis=None, keepdims=False):
+    """The selected elements' tangents, averaged over ties (the VJP's shares, transposed)."""
+    return sum_(t * _tie_shares(ans, x, axis, keepdims), axis=axis, keepdims=keepdims)
 
 
 sum_ = defprim(_sum, lambda g, ans, x, axis=None, keepdims=False: _expand_to(g, x.shape, axis, keepdims),
-               name="sum")
-max_ = defprim(_max, _extremum_vjp, name="max")
-min_ = defprim(_min, _extremum_vjp, name="min")
+               name="sum", linear=True)
+max_ = defprim(_max, _extremum_vjp, name="max", jvp=_extremum_jvp)
+min_ = defprim(_min, _extremum_vjp, name="min", jvp=_extremum_jvp)
 
 
 def _prod(x, axis=None, keepdims=False):
     return np.prod(x, axis=axis, keepdims=keepdims)
 
 
-def _prod_vjp(g, ans, x, axis=None, keepdims=False):
-    """g times the product of all *other* elements: exclusive cumulative products, safe at zeros."""
+def _others(x, axis):
+    """The product of all *other* elements of each lane: exclusive cumulative products, safe at zeros."""
     from . import shape as sh
     plain = unbox(x)
     axes = _axes(axis, plain.ndim)
@@ -81,8 +90,7 @@ def _prod_vjp(g, ans, x, axis=None, keepdims=False):
     flat = sh.reshape(moved, shape=tuple(plain.shape[a] for a in rest) + (-1,))
     others = _exclusive_cumprod(flat) * sh.flip(_exclusive_cumprod(sh.flip(flat, axis=-1)), axis=-1)
     others = sh.reshape(others, shape=moved.shape)
-    others = sh.transpose(others, axes=tuple(np.argsort(rest + axes)))
-    return _expand_to(g, plain.shape, axis, keepdims) * others
+    return sh.transpose(others, axes=tuple(np.argsort(rest + axes)))
 
 
 def _exclusive_cumprod(x):
@@ -92,7 +100,22 @@ def _exclusive_cumprod(x):
     return cumprod(concatenate(ones, getitem(x, index=(Ellipsis, slice(None, -1))), axis=-1), axis=-1)
 
 
-prod = defprim(_prod, _prod_vjp)
+def _prod_vjp(g, ans, x, axis=None, keepdims=False):
+    return _expand_to(g, unbox(x).shape, axis, keepdims) * _others(x, axis)
+
+
+def _prod_jvp(t, ans, x, axis=None, keepdims=False):
+    """sum(t * product of the others): ans * sum(t / x) when every 1/x is finite (no zero or
+    subnormal element), else the VJP's zero-safe products."""
+    plain = unbox(x)
+    if not plain.size:
+        return None
+    if np.abs(plain).min() >= np.finfo(plain.dtype).tiny:
+        return ans * sum_(t / x, axis=axis, keepdims=keepdims)
+    return sum_(t * _others(x, axis), axis=axis, keepdims=keepdims)
+
+
+prod = defprim(_prod, _prod_vjp, jvp=_prod_jvp)
 
 
 def _cumsum(x, axis):
@@ -104,7 +127,7 @@ def _reverse_cumsum(g, axis):
     return flip(cumsum(flip(g, axis=axis), axis=axis), axis=axis)
 
 
-cumsum = defprim(_cumsum, lambda g, ans, x, axis: _reverse_cumsum(g, axis))
+cumsum = defprim(_cumsum, lambda g, ans, x, axis: _reverse_cumsum(g, axis), linear=True)
 
 
 def _cumprod(x, axis):
@@ -127,4 +150,19 @@ def _cumprod_vjp(g, ans, x, axis):
     return out
 
 
-cumprod = defprim(_cumprod, _cumprod_vjp)
+def _cumprod_jvp(t, ans, x, axis):
+    """ans_k sum_{j<=k} t_j / x_j. From a lane's first zero z on, ans is 0 and the one surviving
+    term is t_z times the other factors: the cumprod with x_z replaced by t_z (0 after a second
+    zero). A subnormal x_z (1/x_z overflows) is taken as a zero: the terms dropped are O(x_z)."""
+    from .elementwise import where
+    plain = unbox(x)
+    small = np.abs(plain) < np.finfo(plain.dtype).tiny
+    if not small.any():
+        return ans * cumsum(t / x, axis=axis)
+    seen = np.cumsum(small, axis=axis)
+    first = small & (seen == 1)
+    before = ans * cumsum(t / where(small, 1, x), axis=axis)
+    return where(seen == 0, before, cumprod(where(first, t, x), axis=axis))
+
+
+cumprod = defprim(_cumprod, _cumprod_vjp, jvp=_cumprod_jvp)

@@ -28,9 +28,20 @@ def _scatter_set(x, v, index):
     return out
 
 
+def _scatter_set_jvp(tangents, ans, args, params):
+    """Linear in (x, v): the same write on the tangents, zero standing for a constant one."""
+    t_x, t_v = tangents
+    dtype = unbox(ans).dtype
+    if t_x is None:
+        t_x = np.zeros(ans.shape if type(ans) is Tracer else np.shape(ans), dtype)
+    return scatter_set(t_x, np.zeros((), dtype) if t_v is None else t_v, index=params["index"])
+
+
 scatter_set = defprim(_scatter_set, (lambda g, ans, x, v, index: _zero_at(g, index),
                                      lambda g, ans, x, v, index: unbroadcast(getitem(g, index=index), v.shape)),
                       name="scatter_set")
+scatter_set.fused_jvp = _scatter_set_jvp
+
 
 def _write_vjp(g, ans, args, params, parents):
     """``x_new = x_old with v written at index``: x_old gets g zeroed at index, v gets g[index]."""
@@ -48,10 +59,16 @@ def _write_vjp_owned(g, ans, args, params, parents):
     return [g if position == 0 else piece for position, _ in parents]
 
 
+def _tape_only(tangents, ans, args, params):
+    raise AssertionError("setitem and buffer_snapshot are tape entries of reverse mode only: forward mode "
+                         "never binds them (JVPTrace.write and a functional Buffer take their place)")
+
+
 # The tape entry of ``x[index] = v`` on a tracer (recorded by core/mutation.py, never called).
 write = defprim(None, (), name="setitem")
 write.fused_vjp = _write_vjp
 write.owned_vjp = _write_vjp_owned
+write.fused_jvp = _tape_only  # a forward level writes by JVPTrace.write, which never records it
 
 
 def _scatter_multiply(x, v, index):
@@ -63,16 +80,19 @@ def _scatter_multiply(x, v, index):
     return out
 
 
-def _factor_at(shape, dtype, v, index):
-    factor = np.ones(shape, dtype)
-    factor[index] = unbox(v)
-    return factor
+def _scatter_multiply_jvp_v(t, ans, x, v, index):
+    """x[index] * t at the written positions (indices are unique: Buffer.multiply refuses repeats)."""
+    dtype = np.result_type(unbox(ans).dtype, unbox(t).dtype)
+    return index_add(np.zeros(x.shape, dtype), getitem(x, index=index) * t, index=index)  # vmap has its rule
 
 
+# x's rules are the same scaling of g or t (a diagonal map); through v (a traced value, not a
+# constant) a second derivative reaches v as well
 scatter_multiply = defprim(_scatter_multiply, (
-    lambda g, ans, x, v, index: g * _factor_at(x.shape, unbox(g).dtype, v, index),
+    lambda g, ans, x, v, index: scatter_multiply(g, v, index=index),
     lambda g, ans, x, v, index: unbroadcast(getitem(g * x, index=index), v.shape)),
-    name="scatter_multiply")
+    name="scatter_multiply",
+    jvp=(lambda t, ans, x, v, index: scatter_multiply(t, v, index=index), _scatter_multiply_jvp_v))
 
 
 def has_duplicates(index, shape):
@@ -114,5 +134,6 @@ def _freeze_vjp(g, ans, args, params, parents):
 
 buffer_snapshot = defprim(None, (), name="buffer_snapshot")
 buffer_snapshot.fused_vjp = _freeze_vjp
+buffer_snapshot.fused_jvp = _tape_only  # Buffer is functional on a forward level (scatter_set)
 
 __all__ = ["scatter_set", "scatter_multiply", "index_add", "write", "buffer_snapshot", "has_duplicates"]

@@ -32,10 +32,11 @@ def _broadcast_to(x, shape):
     return np.broadcast_to(x, shape)
 
 
-reshape = defprim(_reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape), name="reshape")
+reshape = defprim(_reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape), name="reshape", linear=True)
 transpose = defprim(_transpose, lambda g, ans, x, axes=None: transpose(g, axes=_inverse_axes(axes, g.ndim)),
-                    name="transpose")
-broadcast_to = defprim(_broadcast_to, lambda g, ans, x, shape: unbroadcast(g, x.shape), name="broadcast_to")
+                    name="transpose", linear=True)
+broadcast_to = defprim(_broadcast_to, lambda g, ans, x, shape: unbroadcast(g, x.shape), name="broadcast_to",
+                       linear=True)
 
 
 def _astype(x, dtype):
@@ -51,7 +52,13 @@ def _astype_vjp(g, x_dtype, dtype):
     return astype(g, dtype=x_dtype)
 
 
-astype = defprim(_astype, lambda g, ans, x, dtype: _astype_vjp(g, unbox(x).dtype, dtype), name="astype")
+def _astype_jvp(t, ans, x, dtype):
+    """The cast of the tangent (complex to real keeps the real part); none for integer or bool results."""
+    return astype(t, dtype=dtype) if np.dtype(dtype).kind in "fc" else None
+
+
+astype = defprim(_astype, lambda g, ans, x, dtype: _astype_vjp(g, unbox(x).dtype, dtype), name="astype",
+                 jvp=_astype_jvp)
 
 
 def _concatenate(*arrays, axis=0):
@@ -75,9 +82,10 @@ def _stack_vjp(g, ans, arrays, params, parents):
     return [getitem(g, index=lead + (p,)) for p, _ in parents]
 
 
-concatenate = defprim(_concatenate, (), name="concatenate")
+# linear: the JVP is the concatenation (stack) of the tangents, zeros standing for constant operands
+concatenate = defprim(_concatenate, (), name="concatenate", linear=True)
 concatenate.fused_vjp = _concatenate_vjp
-stack = defprim(_stack, (), name="stack")
+stack = defprim(_stack, (), name="stack", linear=True)
 stack.fused_vjp = _stack_vjp
 
 
@@ -92,7 +100,7 @@ def _getitem_vjp(g, ans, x, index):
     return indexed_cotangent(index, g, x.shape, x.dtype)
 
 
-getitem = defprim(_getitem, _getitem_vjp, name="getitem")
+getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True)
 
 
 def _index_add(base, values, index):
@@ -104,9 +112,21 @@ def _index_add(base, values, index):
     return out
 
 
+def _index_add_jvp(tangents, ans, args, params):
+    """Linear in both: the base's tangent alone passes through; a values tangent is added in."""
+    t_base, t_values = tangents
+    if t_values is None:
+        return t_base
+    if t_base is None:
+        shape = ans.shape if type(ans) is Tracer else np.shape(ans)
+        t_base = np.zeros(shape, np.result_type(unbox(ans).dtype, unbox(t_values).dtype))
+    return index_add(t_base, t_values, index=params["index"])
+
+
 index_add = defprim(_index_add, (lambda g, ans, base, values, index: g,
                                  lambda g, ans, base, values, index: unbroadcast(getitem(g, index=index), values.shape)),
                     name="index_add")
+index_add.fused_jvp = _index_add_jvp
 
 
 # --- flips, rolls, diagonals, padding ------------------------------------------------------------
@@ -114,14 +134,15 @@ def _flip(x, axis=None):
     return np.flip(x, axis)
 
 
-flip = defprim(_flip, lambda g, ans, x, axis=None: flip(g, axis=axis), name="flip")
+flip = defprim(_flip, lambda g, ans, x, axis=None: flip(g, axis=axis), name="flip", linear=True)
 
 
 def _roll(x, shift, axis=None):
     return np.roll(x, shift, axis)
 
 
-roll = defprim(_roll, lambda g, ans, x, shift, axis=None: roll(g, shift=_negate(shift), axis=axis), name="roll")
+roll = defprim(_roll, lambda g, ans, x, shift, axis=None: roll(g, shift=_negate(shift), axis=axis), name="roll",
+               linear=True)
 
 
 def _negate(shift):
@@ -146,11 +167,11 @@ def _diagonal_embed(g, shape, offset=0, axis1=0, axis2=1):
     return out
 
 
-diagonal = defprim(_diagonal, _diagonal_vjp, name="diagonal")
+diagonal = defprim(_diagonal, _diagonal_vjp, name="diagonal", linear=True)
 diagonal_embed = defprim(
     _diagonal_embed,
     lambda g, ans, d, shape, offset=0, axis1=0, axis2=1: diagonal(g, offset=offset, axis1=axis1, axis2=axis2),
-    name="diagonal_embed")
+    name="diagonal_embed", linear=True)
 
 
 def _pad_constant(x, pad_width, constant_values=0):
@@ -162,4 +183,5 @@ def _unpad(g, ans, x, pad_width, constant_values=0):
     return getitem(g, index=index)
 
 
-pad_constant = defprim(_pad_constant, _unpad, name="pad_constant")
+pad_constant = defprim(_pad_constant, _unpad, name="pad_constant",  # affine: the tangent is padded with 0
+                       jvp=lambda t, ans, x, pad_width, constant_values=0: pad_constant(t, pad_width=pad_width))

@@ -41,7 +41,8 @@ def _conv_vjp_b(g, ans, a, b):
     return _window(_full(g, _flip(a)), [n - 1 for n in a.shape], b.shape)
 
 
-_full = defprim(_full_impl, (_conv_vjp_a, _conv_vjp_b), name="scipy.signal.convolve")
+_full = defprim(_full_impl, (_conv_vjp_a, _conv_vjp_b), name="scipy.signal.convolve",  # bilinear: product rule
+                jvp=(lambda t, ans, a, b: _full(t, b), lambda t, ans, a, b: _full(a, t)))
 
 
 def convolve(in1, in2, mode="full", method="auto"):
