@@ -288,3 +288,156 @@ def test_float32_stays_float32():
 def test_matrix_rank_reads_traced_values():
     g = wg.grad(lambda a: np.linalg.matrix_rank(a) * wnp.sum(a))(np.eye(3))
     assert np.array_equal(g, np.full((3, 3), 3.0))
+
+
+# --- forward mode: the JVP rules (not the transposed-VJP fallback) --------------------------------------
+LINALG_PRIMITIVES = {"inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd", "svdvals", "qr",
+                     "pinv", "lstsq", "pnorm"}
+
+
+@pytest.fixture
+def own_jvp_rules(monkeypatch):
+    """Forward mode must run the linalg primitives' own JVP rules: falling back to their VJP fails."""
+    from wengert.transforms import forward
+    fallback = forward.transposed_jvp
+
+    def refuse(prim, *args):
+        if prim.name in LINALG_PRIMITIVES:
+            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+        return fallback(prim, *args)
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
+def test_every_linalg_primitive_has_a_jvp_rule():
+    from wengert.primitives._table import PRIMITIVES
+    for name in LINALG_PRIMITIVES:
+        p = PRIMITIVES[name]
+        assert p.jvp is not None or p.fused_jvp is not None, name
+
+
+@pytest.mark.parametrize("name, f, args", FIRST_ORDER, ids=[c[0] for c in FIRST_ORDER])
+def test_forward_mode(name, f, args, own_jvp_rules):
+    """JVPs against finite differences; on the order-2 rows also forward over reverse (hvp)."""
+    wg.check_grads(f, args, order=2 if name in SECOND_ORDER else 1, modes=("fwd",))
+
+
+def _projector(v):
+    return v @ wnp.swapaxes(v, -1, -2)
+
+
+WEIGHTS = randn(5, 5)
+
+
+@pytest.mark.parametrize("f", [
+    lambda a: wnp.sum(WEIGHTS * _projector(la.svd(a)[0][:, 3:])),
+    lambda a: wnp.sum(WEIGHTS * _projector(wnp.swapaxes(la.svd(a.T)[2][3:], 0, 1))),
+    lambda a: wnp.sum(WEIGHTS * _projector(la.qr(a, mode="complete")[0][:, 3:])),
+    lambda a: wnp.sum(la.qr(a, mode="complete")[1] ** 3),
+], ids=["svd_u", "svd_vh", "qr_q", "qr_r"])
+def test_forward_mode_basis_completions(f, own_jvp_rules):
+    """The completing columns get a tangent that is exact for their projector (reverse mode refuses them)."""
+    wg.check_grads(f, (randn(5, 3),), modes=("fwd",))
+
+
+def test_forward_mode_det_at_singular_matrices(own_jvp_rules):
+    t = randn(3, 3)
+    _, dt = wg.jvp(la.det, (np.diag([1.0, 2.0, 0.0]),), (t,))
+    np.testing.assert_allclose(dt, 2 * t[2, 2])
+    nearly = randn(3, 2) @ randn(2, 3)
+    wg.check_grads(la.det, (np.stack([nearly, general(3, 3)]),), order=2, modes=("fwd",))
+
+
+@pytest.mark.parametrize("name, f, x", [
+    ("inv", la.inv, general(3, 3)),
+    ("solve", lambda a: la.solve(a, np.arange(3.0)), general(3, 3)),
+    ("solve_b", lambda b, a=general(2, 3, 3): la.solve(a, b), randn(3, 2)),
+    ("det", la.det, general(2, 3, 3)),
+    ("slogdet", lambda a: la.slogdet(a)[1], general(3, 3)),
+    ("cholesky", la.cholesky, spd(3, 3)),
+    ("eigh", lambda a: la.eigh(a)[1] ** 2, lower_read(3, 3)),
+    ("svd", lambda a: reconstruct(la.svd(a, full_matrices=False)) + la.svd(a)[0][:, :2] ** 2, randn(4, 2)),
+    ("qr_wide", lambda a: la.qr(a)[1], randn(2, 3)),
+    ("pinv", la.pinv, randn(4, 3)),
+    ("lstsq", lambda a: la.lstsq(a, np.arange(4.0))[1], randn(4, 2)),
+    ("norm_3", lambda a: la.norm(a, 3, axis=0), randn(3, 2)),
+])
+def test_jacfwd_equals_jacobian(name, f, x, own_jvp_rules):
+    """One JVP with a batch of tangents (vmap over the JVP rules, solve's batch rule) = reverse mode."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no per-example loop: every rule's operation has a batch rule
+        forward = wg.jacfwd(f)(x)
+    np.testing.assert_allclose(forward, wg.jacobian(f)(x), rtol=1e-9, atol=1e-10)
+
+
+def test_hessians_by_forward_over_reverse(own_jvp_rules):
+    a = spd(4, 4)
+    inv = np.linalg.inv(a)
+    h = wg.hessian(lambda a: la.slogdet(a)[1])(a)
+    np.testing.assert_allclose(h, -np.einsum("jk,li->ijkl", inv, inv), atol=1e-12)
+    b = randn(4)
+
+    def quadratic(a):
+        return b @ la.solve(a, b)
+
+    np.testing.assert_allclose(wg.hessian(quadratic)(a), wg.jacobian(wg.grad(quadratic))(a), atol=1e-12)
+    h = wg.hessian(lambda b: b @ la.solve(a, b))(b)
+    np.testing.assert_allclose(h, inv + inv.T, atol=1e-12)
+
+
+@pytest.mark.parametrize("a_axis, b_axis, a_shape, b_shape", [
+    (None, 0, (3, 3), (5, 3, 2)), (None, 0, (2, 3, 3), (5, 3, 2)), (None, 0, (3, 3), (5, 2, 3, 1)),
+    (0, None, (5, 3, 3), (3, 2)), (0, None, (5, 3, 3), (2, 3, 2)), (0, 0, (5, 2, 3, 3), (5, 3, 2)),
+])
+def test_vmap_of_solve(a_axis, b_axis, a_shape, b_shape):
+    from wengert.primitives.linalg import solve
+    a, b = randn(*a_shape) + 3 * np.eye(3), randn(*b_shape)
+    out = wg.vmap(solve, in_axes=(a_axis, b_axis))(a, b)
+    expected = np.stack([np.linalg.solve(a if a_axis is None else a[i], b if b_axis is None else b[i])
+                         for i in range(5)])
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
+# --- complex matrices -----------------------------------------------------------------------------------
+def _complex(*shape):
+    return randn(*shape) + 1j * randn(*shape)
+
+
+COMPLEX = [
+    ("inv", la.inv, (_complex(3, 3) + 3 * np.eye(3),)),
+    ("det", la.det, (_complex(2, 3, 3) + 3 * np.eye(3),)),
+    ("solve", la.solve, (_complex(3, 3) + 3 * np.eye(3), _complex(3, 2))),
+    ("solve_real_b", la.solve, (_complex(3, 3) + 3 * np.eye(3), randn(3))),
+    ("slogdet", lambda a: tuple(la.slogdet(a)), (_complex(2, 3, 3) + 3 * np.eye(3),)),
+    ("pinv_tall", la.pinv, (_complex(4, 3),)),
+    ("pinv_wide_batched", la.pinv, (_complex(2, 3, 4),)),
+    ("lstsq", lambda a, b: la.lstsq(a, b)[:2], (_complex(5, 3), _complex(5, 2))),
+    ("lstsq_values", lambda a, b: la.lstsq(a, b)[3], (_complex(5, 3), randn(5))),
+]
+
+
+@pytest.mark.parametrize("name, f, args", COMPLEX, ids=[c[0] for c in COMPLEX])
+def test_complex_jvp_against_finite_differences(name, f, args, own_jvp_rules):
+    """J t along a complex direction (the real-linear map of docs/complex.md), sign of slogdet included."""
+    rng_c = np.random.default_rng(3)
+    tangents = tuple(rng_c.standard_normal(np.shape(a)) + (1j * rng_c.standard_normal(np.shape(a))
+                     if np.iscomplexobj(a) else 0) for a in args)
+    _, jvp_out = wg.jvp(f, args, tangents)
+    eps = 1e-6
+    plus = f(*[a + eps * t for a, t in zip(args, tangents)])
+    minus = f(*[a - eps * t for a, t in zip(args, tangents)])
+    for j, p, m in zip(wg.tree.flatten(jvp_out)[0], wg.tree.flatten(plus)[0], wg.tree.flatten(minus)[0]):
+        np.testing.assert_allclose(j, (np.asarray(p) - np.asarray(m)) / (2 * eps), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name, f, args", [
+    ("slogdet_sign", lambda a: wnp.real(la.slogdet(a)[0] * (1 - 3j)), (_complex(2, 3, 3) + 3 * np.eye(3),)),
+    ("pinv_tall", lambda a: wnp.abs(la.pinv(a)), (_complex(4, 3),)),
+    ("pinv_wide_batched", lambda a: wnp.real(la.pinv(a)), (_complex(2, 3, 4),)),
+    ("lstsq", lambda a, b: wnp.sum(wnp.abs(la.lstsq(a, b)[0]) ** 2) + wnp.sum(la.lstsq(a, b)[1]),
+     (_complex(5, 3), _complex(5, 2))),
+    ("lstsq_values", lambda a, b: la.lstsq(a, b)[3], (_complex(5, 3), randn(5))),
+])
+def test_complex_reverse_mode(name, f, args):
+    """Reverse mode is the transpose of those JVPs: pinv's dA^H terms, |r|^2 and the complex sign."""
+    wg.check_grads(f, args, order=1)

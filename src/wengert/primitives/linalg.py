@@ -3,7 +3,10 @@
 Every primitive works on stacks of matrices (``...xMxN``): rules use ``matmul`` and swap only the
 last two axes. The rules are the standard ones (matrix cookbook; Giles 2008 for inv/solve/det;
 Murray 2016 for Cholesky; Townsend 2016 for the SVD; Liao et al. 2019 for QR; Golub & Pereyra 1973
-for pinv), written with wengert operations so they can be differentiated again.
+for pinv), written with wengert operations so they can be differentiated again. Each VJP rule has a
+JVP rule beside it (the forward maps JAX defines and derives its VJPs from). They factor or invert
+the primal only and pass the tangent through products, elementwise operations and ``solve``, so a
+batch of tangents (``jacfwd``) costs about one factorization.
 
 Three conventions, each chosen to give the derivative of exactly the function NumPy computes:
 
@@ -16,6 +19,10 @@ Three conventions, each chosen to give the derivative of exactly the function Nu
   out of the vector terms (``_inverse_gaps``): the result is exact for functions that do not depend
   on that choice of basis (eigenvalues, projectors, reconstructions), the only ones with a
   derivative there. Near-ties make vector gradients grow as 1/gap, as the true derivative does.
+  Likewise the completing columns of ``svd(full_matrices=True)``'s U (rows of Vh) and of
+  ``qr(mode='complete')``'s Q: reverse mode refuses a cotangent on them; forward mode gives them the
+  tangent that keeps the basis orthonormal without turning it within the complement, exact for
+  functions of the complement that do not depend on its basis (its projector).
 * inv, solve and slogdet have no derivative at a singular matrix: their rules need an inverse, and
   NumPy raises ``LinAlgError`` in the backward pass. det is a polynomial, differentiable everywhere:
   near and at singular matrices its rule uses the cofactor matrix instead of det(x) x^-T. pinv and
@@ -28,8 +35,9 @@ import numpy as np
 from ..core.trace import Tracer, unbox
 from ._table import defprim, unbroadcast
 from .contractions import matmul
+from .complex import conj, imag, real
 from .elementwise import absolute, power, where
-from .reductions import _expand_to, prod
+from .reductions import _expand_to, prod, sum_
 from .shape import concatenate, getitem, reshape, transpose
 
 
@@ -45,6 +53,15 @@ def _mT(x):
     return transpose(x, axes=tuple(axes))
 
 
+def _is_complex(x):
+    return np.iscomplexobj(unbox(x))
+
+
+def _mH(x):
+    """The conjugate transpose of every matrix in a stack (the transpose for real ones)."""
+    return conj(_mT(x)) if _is_complex(x) else _mT(x)
+
+
 def _col(v):
     """``v[..., :, None]``: scales rows when multiplied with a matrix."""
     return reshape(v, shape=_shape(v) + (1,))
@@ -58,6 +75,11 @@ def _row(v):
 
 def _diag(v):
     return _col(v) * np.eye(_shape(v)[-1], dtype=unbox(v).dtype)
+
+
+def _diag_part(m):
+    """``diagonal(m)`` of every matrix in a stack, as a masked sum (any stack, batched or not)."""
+    return sum_(m * np.eye(_shape(m)[-1], dtype=bool), axis=-1)
 
 
 def _strict_lower(n, lower=True):
@@ -93,6 +115,15 @@ def _rows(start, stop=None):
     return (Ellipsis, slice(start, stop), slice(None))
 
 
+def _complement_tangent(basis, d_basis, rest, axis):
+    """The tangent of the columns (axis -1; rows: axis -2) ``rest`` completing an orthonormal
+    ``basis`` that moves by ``d_basis``: ``-basis d_basis^T rest``, the least motion that keeps them
+    orthonormal (see the module docstring)."""
+    if axis == -1:
+        return -matmul(basis, matmul(_mT(d_basis), rest))
+    return -matmul(matmul(rest, _mT(d_basis)), basis)
+
+
 def _check_unused(g, index, what):
     """Raise unless the cotangent of an arbitrary completion of a basis (``g[index]``) is zero."""
     if np.any(unbox(g)[index]):
@@ -107,7 +138,7 @@ def _inv_vjp(g, ans, x):
     return -matmul(ans_t, matmul(g, ans_t))
 
 
-inv = defprim(np.linalg.inv, _inv_vjp, name="inv")
+inv = defprim(np.linalg.inv, _inv_vjp, name="inv", jvp=lambda t, ans, x: -matmul(ans, matmul(t, ans)))
 
 
 def _solve(a, b):
@@ -120,6 +151,43 @@ solve = defprim(_solve, (
     lambda g, ans, a, b: unbroadcast(solve(_mT(a), g), b)), name="solve")
 
 
+def _solve_jvp(tangents, ans, args, params):
+    """dx = a^-1 (db - da x): one solve for both tangents."""
+    ta, tb = tangents
+    rhs = tb if ta is None else (-matmul(ta, ans) if tb is None else tb - matmul(ta, ans))
+    return solve(args[0], rhs)
+
+
+def _solve_batch(prim, vals, batched, params, size):
+    """vmap of solve (a batch on axis 0): right-hand sides batched against one matrix (jacfwd's
+    tangents) are solved as more columns, with one factorization; otherwise NumPy's stacks."""
+    a, b = vals
+    a_batched, b_batched = batched
+    if not a_batched:
+        shape = tuple(_shape(b))  # (batch, ..., M, K)
+        nd = len(shape)
+        columns = reshape(transpose(b, axes=tuple(range(1, nd)) + (0,)), shape=shape[1:-1] + (shape[-1] * size,))
+        x = solve(a, columns)
+        nx = len(_shape(x))
+        x = reshape(x, shape=tuple(_shape(x))[:-1] + (shape[-1], size))
+        return transpose(x, axes=(nx,) + tuple(range(nx)))
+    rank = max(len(_shape(a)) - 1, len(_shape(b)) - b_batched)
+    a = _pad_batched(a, rank)
+    b = _pad_batched(b, rank) if b_batched else b
+    return solve(a, b)
+
+
+def _pad_batched(x, rank):
+    """A batched ``x`` (batch on axis 0) with ones after the batch axis up to ``rank`` example axes."""
+    shape = tuple(_shape(x))
+    missing = rank - (len(shape) - 1)
+    return x if missing <= 0 else reshape(x, shape=shape[:1] + (1,) * missing + shape[1:])
+
+
+solve.fused_jvp = _solve_jvp
+solve.batch = _solve_batch
+
+
 def _cofactors(x):
     """adj(x)^T = det(U V^T) U diag(product of the other singular values) V^T, singular x included."""
     u, s, vt = svd(x, full_matrices=False)
@@ -129,29 +197,59 @@ def _cofactors(x):
     return _col(_col(sign)) * matmul(u * _row(others), vt)
 
 
-def _det_vjp(g, ans, x):
-    """g det(x) x^-T. Where x is singular, or so ill-conditioned (cond_1 above 1/sqrt(eps)) that
-    det(x) x^-T is a tiny number times a huge one, the cofactor matrix it equals comes from the SVD."""
+def _det_inverse(x):
+    """inv(x), or None where x is singular or so ill-conditioned (cond_1 above 1/sqrt(eps)) that
+    det(x) x^-1 would be a tiny number times a huge one: the cofactors then come from the SVD."""
     try:
         x_inv = inv(x)
     except np.linalg.LinAlgError:
-        return _col(_col(g)) * _cofactors(x)
+        return None
     plain, plain_inv = unbox(x), unbox(x_inv)
     cond = np.abs(plain).sum(axis=-2).max(axis=-1) * np.abs(plain_inv).sum(axis=-2).max(axis=-1)
-    if np.all(cond < 1 / np.sqrt(np.finfo(plain.dtype).eps)):
-        return _col(_col(g * ans)) * _mT(x_inv)
-    return _col(_col(g)) * _cofactors(x)
+    return x_inv if np.all(cond < 1 / np.sqrt(np.finfo(plain.dtype).eps)) else None
 
 
-det = defprim(np.linalg.det, _det_vjp, name="det")
+def _det_vjp(g, ans, x):
+    """g det(x) x^-T, or g times the cofactor matrix (which it equals) near singular x."""
+    x_inv = _det_inverse(x)
+    if x_inv is None:
+        return _col(_col(g)) * _cofactors(x)
+    return _col(_col(g * ans)) * _mT(x_inv)
+
+
+def _det_jvp(t, ans, x):
+    """det(x) tr(x^-1 t) = <x^-T det(x), t>; the cofactors near singular x, as in reverse mode. The
+    inverse that decides this serves as well: each tangent then costs one elementwise product."""
+    x_inv = _det_inverse(x)
+    if x_inv is None:
+        return sum_(_cofactors(x) * t, axis=(-2, -1))
+    return ans * sum_(_mT(x_inv) * t, axis=(-2, -1))
+
+
+det = defprim(np.linalg.det, _det_vjp, name="det", jvp=_det_jvp)
 
 
 def _slogdet_vjp(g, ans, x):
-    """Only log|det| carries a gradient: the sign is piecewise constant."""
-    return _col(_col(g[1])) * _mT(inv(x))
+    """The sign of a real matrix is piecewise constant; a complex one turns by i Im tr(x^-1 dx)."""
+    g_sign, g_log = g
+    weight = g_log
+    if np.iscomplexobj(unbox(x)) and (type(g_sign) is Tracer or np.any(unbox(g_sign))):
+        weight = g_log + 1j * imag(ans[0] * g_sign)
+    return _col(_col(weight)) * _mT(inv(x))
+
+
+def _slogdet_jvp(tangents, ans, args, params):
+    """d log|det| = Re tr(x^-1 t); d sign = sign i Im tr(x^-1 t) (zero for real x). The trace as
+    <x^-T, t>, as the VJP: each tangent then costs an elementwise product, not a solve."""
+    change = sum_(_mT(inv(args[0])) * tangents[0], axis=(-2, -1))
+    if not np.iscomplexobj(unbox(args[0])):
+        return None, change
+    log_change = real(change)
+    return ans[0] * (change - log_change), log_change
 
 
 slogdet = defprim(np.linalg.slogdet, _slogdet_vjp, name="slogdet", multiple_results=True)
+slogdet.fused_jvp = _slogdet_jvp
 
 
 # --- Cholesky --------------------------------------------------------------------------------------
@@ -169,7 +267,18 @@ def _cholesky_vjp(g, ans, x, upper=False):
     return _fold(matmul(_mT(low_inv), matmul(phi, low_inv)), lower=not upper)
 
 
-cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky")
+def _cholesky_jvp(t, ans, x, upper=False):
+    """L Phi(L^-1 dA L^-T), dA the symmetric matrix of the triangle read (Murray 2016)."""
+    low = _mT(ans) if upper else ans
+    n = _shape(low)[-1]
+    low_inv = inv(low)
+    inner = matmul(low_inv, matmul(_symmetric_from(t, lower=not upper), _mT(low_inv)))
+    phi = np.tri(n, k=-1, dtype=unbox(ans).dtype) + 0.5 * np.eye(n, dtype=unbox(ans).dtype)
+    d_low = matmul(low, inner * phi)
+    return _mT(d_low) if upper else d_low
+
+
+cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky", jvp=_cholesky_jvp)
 
 
 # --- symmetric eigenproblem ------------------------------------------------------------------------
@@ -185,7 +294,16 @@ def _eigh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
     return _fold(matmul(v, matmul(inner, _mT(v))), lower=UPLO.upper() == "L")
 
 
+def _eigh_jvp(tangents, ans, args, params):
+    """dw = diag(V^T dA V), dV = V (F o V^T dA V), dA the symmetric matrix of the triangle read."""
+    w, v = ans
+    lower = params.get("UPLO", "L").upper() == "L"
+    inner = matmul(_mT(v), matmul(_symmetric_from(tangents[0], lower=lower), v))
+    return _diag_part(inner), matmul(v, _inverse_gaps(w) * inner)
+
+
 eigh = defprim(_eigh, _eigh_vjp, name="eigh", multiple_results=True)
+eigh.fused_jvp = _eigh_jvp
 
 
 def _eigvalsh(x, UPLO="L"):  # noqa: N803
@@ -198,7 +316,13 @@ def _eigvalsh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
     return _fold(matmul(v * _row(g), _mT(v)), lower=UPLO.upper() == "L")
 
 
-eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh")
+def _eigvalsh_jvp(t, ans, x, UPLO="L"):  # noqa: N803
+    """diag(V^T dA V), with V recomputed as in the VJP."""
+    _, v = eigh(x, UPLO=UPLO)
+    return sum_(v * matmul(_symmetric_from(t, lower=UPLO.upper() == "L"), v), axis=-2)
+
+
+eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh", jvp=_eigvalsh_jvp)
 
 
 # --- singular value decomposition ------------------------------------------------------------------
@@ -228,7 +352,40 @@ def _svd_vjp(g, ans, x, full_matrices=True):
     return a_bar
 
 
+def _svd_jvp(tangents, ans, args, params):
+    """With dS = U^T dA V, F the inverse gaps of s^2: ds = diag(dS), dU = U (F o (dS S + S dS^T)),
+    dV = V (F o (S dS + dS^T S)), plus the parts outside the spans of U and V when M != N (JAX's
+    rule). Completing columns of a full U (rows of Vh) get _complement_tangent."""
+    t = tangents[0]
+    u, s, vt = ans
+    m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vt)[-1]
+    full = params.get("full_matrices", True) and m != n
+    if full:
+        u_rest, vt_rest = getitem(u, index=_columns(k)), getitem(vt, index=_rows(k))
+        u, vt = getitem(u, index=_columns(0, k)), getitem(vt, index=_rows(0, k))
+    if m >= n:
+        da_v = matmul(t, _mT(vt))
+        inner = matmul(_mT(u), da_v)
+    else:
+        ut_da = matmul(_mT(u), t)
+        inner = matmul(ut_da, _mT(vt))
+    f = _inverse_gaps(s * s)
+    right, left = inner * _row(s), _col(s) * inner
+    du = matmul(u, f * (right + _mT(right)))
+    dvt = -matmul(f * (left + _mT(left)), vt)
+    if m > k:
+        du = du + (da_v - matmul(u, inner)) / _row(s)
+    if n > k:
+        dvt = dvt + (ut_da - matmul(inner, vt)) / _col(s)
+    if full and m > k:
+        du = concatenate(du, _complement_tangent(u, du, u_rest, -1), axis=-1)
+    if full and n > k:
+        dvt = concatenate(dvt, _complement_tangent(vt, dvt, vt_rest, -2), axis=-2)
+    return du, _diag_part(inner), dvt
+
+
 svd = defprim(_svd, _svd_vjp, name="svd", multiple_results=True)
+svd.fused_jvp = _svd_jvp
 
 
 def _svdvals(x):
@@ -236,12 +393,22 @@ def _svdvals(x):
 
 
 def _svdvals_vjp(g, ans, x):
-    """U diag(g) V^T; the singular vectors are recomputed (they were not needed forward)."""
+    """U diag(g) V^T; the singular vectors are recomputed (they were not needed forward). Complex x
+    (reached from lstsq only): conj(U diag(g) V^H)."""
     u, _, vt = svd(x, full_matrices=False)
-    return matmul(u * _row(g), vt)
+    a_bar = matmul(u * _row(g), vt)
+    return conj(a_bar) if _is_complex(x) else a_bar
 
 
-svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals")
+def _svdvals_jvp(t, ans, x):
+    """Re diag(U^H dA V), with U and V recomputed as in the VJP."""
+    u, _, vt = svd(x, full_matrices=False)
+    if _is_complex(x):
+        return real(sum_(conj(u) * matmul(t, _mH(vt)), axis=-2))
+    return sum_(u * matmul(t, _mT(vt)), axis=-2)
+
+
+svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals", jvp=_svdvals_jvp)
 
 
 # --- QR --------------------------------------------------------------------------------------------
@@ -274,7 +441,36 @@ def _qr_vjp(g, ans, x, mode="reduced"):
     return concatenate(g_x, matmul(q, gr_y), axis=len(_shape(x)) - 1)
 
 
+def _qr_tall_jvp(q, r, t):
+    """M >= N (JAX's rule): C = Q^T dA R^-1, dO = tril(C, -1) - tril(C, -1)^T, dQ = Q (dO - C) +
+    dA R^-1, dR = (C - dO) R."""
+    t_rinv = matmul(t, inv(r))
+    c = matmul(_mT(q), t_rinv)
+    low = c * np.tri(_shape(r)[-1], k=-1, dtype=bool)
+    rotation = low - _mT(low)
+    return matmul(q, rotation - c) + t_rinv, matmul(c - rotation, r)
+
+
+def _qr_jvp(tangents, ans, args, params):
+    """Wide inputs [X | Y] = Q [R_X | R_Y]: X's square rule, and dR_Y = dQ^T Y + Q^T dY."""
+    t = tangents[0]
+    q, r = ans
+    m, n = _shape(q)[-2], _shape(r)[-1]
+    if m > n and _shape(q)[-1] == m:  # mode='complete'
+        q1, r1 = getitem(q, index=_columns(0, n)), getitem(r, index=_rows(0, n))
+        dq, dr = _qr_tall_jvp(q1, r1, t)
+        dq = concatenate(dq, _complement_tangent(q1, dq, getitem(q, index=_columns(n)), -1), axis=-1)
+        return dq, concatenate(dr, np.zeros(tuple(_shape(dr))[:-2] + (m - n, n), unbox(r).dtype), axis=-2)
+    if m >= n:
+        return _qr_tall_jvp(q, r, t)
+    dq, dr_x = _qr_tall_jvp(q, getitem(r, index=_columns(0, m)), getitem(t, index=_columns(0, m)))
+    y = getitem(args[0], index=_columns(m))
+    dr_y = matmul(_mT(dq), y) + matmul(_mT(q), getitem(t, index=_columns(m)))
+    return dq, concatenate(dr_x, dr_y, axis=-1)
+
+
 qr = defprim(_qr, _qr_vjp, name="qr", multiple_results=True)
+qr.fused_jvp = _qr_jvp
 
 
 # --- pseudo-inverse --------------------------------------------------------------------------------
@@ -283,16 +479,28 @@ def _pinv(x, hermitian=False, **options):
 
 
 def _pinv_vjp(g, ans, x, hermitian=False, **options):
-    """Golub & Pereyra: valid where the rank is locally constant (e.g. full rank)."""
+    """Golub & Pereyra: valid where the rank is locally constant (e.g. full rank). The transpose of
+    the JVP below; its dA^H terms give conjugated cotangents for complex x."""
     a = _symmetric_from(x) if hermitian else x
-    p, pt, gt = ans, _mT(ans), _mT(g)
-    a_bar = (-matmul(pt, matmul(g, pt))
-             + matmul(gt - matmul(a, matmul(p, gt)), matmul(p, pt))
-             + matmul(matmul(pt, p), gt - matmul(matmul(gt, p), a)))
+    p, pt, ph, gt = ans, _mT(ans), _mH(ans), _mT(g)
+    rest = (matmul(gt - matmul(a, matmul(p, gt)), matmul(p, ph))
+            + matmul(matmul(ph, p), gt - matmul(matmul(gt, p), a)))
+    a_bar = -matmul(pt, matmul(g, pt)) + (conj(rest) if _is_complex(rest) else rest)
     return _fold(a_bar) if hermitian else a_bar
 
 
-pinv = defprim(_pinv, _pinv_vjp, name="pinv")
+def _pinv_jvp(t, ans, x, hermitian=False, **options):
+    """Golub & Pereyra: -P dA P + P P^H dA^H (I - A P) + (I - P A) dA^H P^H P."""
+    a = _symmetric_from(x) if hermitian else x
+    if hermitian:
+        t = _symmetric_from(t)
+    p, ph, th = ans, _mH(ans), _mH(t)
+    return (-matmul(p, matmul(t, p))
+            + matmul(matmul(p, ph), th - matmul(th, matmul(a, p)))
+            + matmul(th - matmul(matmul(p, a), th), matmul(ph, p)))
+
+
+pinv = defprim(_pinv, _pinv_vjp, name="pinv", jvp=_pinv_jvp)
 
 
 def _lstsq(a, b, rcond=None):
@@ -305,6 +513,11 @@ def _lstsq_pinv(a, rcond):
     return pinv(a, rcond=max(_shape(a)) * eps if rcond is None else (rcond if rcond >= 0 else eps))
 
 
+def _conj_if(r):
+    """conj(r) for complex residuals: |r|^2 moves by 2 Re(conj(r) dr)."""
+    return conj(r) if _is_complex(r) else r
+
+
 def _lstsq_vjp_a(g, ans, a, b, rcond=None):
     """x = pinv(a) b; residuals |b - a x|^2 move with a only through a (x is optimal); s = svd(a)."""
     gx, gres, _, gs = g
@@ -313,7 +526,7 @@ def _lstsq_vjp_a(g, ans, a, b, rcond=None):
         gx, x, b = _col(gx), _col(x), _col(b)
     a_bar = _pinv_vjp(matmul(gx, _mT(b)), _lstsq_pinv(a, rcond), a)
     if _shape(res)[0]:
-        a_bar = a_bar - 2 * matmul((b - matmul(a, x)) * gres, _mT(x))
+        a_bar = a_bar - 2 * matmul(_conj_if(b - matmul(a, x)) * gres, _mT(x))
     if type(gs) is Tracer or np.any(gs):
         a_bar = a_bar + _svdvals_vjp(gs, s, a)
     return a_bar
@@ -324,11 +537,40 @@ def _lstsq_vjp_b(g, ans, a, b, rcond=None):
     x, res, _, _ = ans
     b_bar = matmul(_mT(_lstsq_pinv(a, rcond)), gx)
     if _shape(res)[0]:
-        b_bar = b_bar + 2 * (b - matmul(a, x)) * gres
+        b_bar = b_bar + 2 * _conj_if(b - matmul(a, x)) * gres
     return b_bar
 
 
+def _lstsq_jvp(tangents, ans, args, params):
+    """dx = dpinv(a) b + pinv(a) db; the residuals move by 2 sum(r (db - da x)) (a^T r = 0)."""
+    ta, tb = tangents
+    a, b = args
+    x, res, _, s = ans
+    rcond = params.get("rcond")
+    vector = len(_shape(b)) == 1
+    if vector:
+        x, b = _col(x), _col(b)
+        tb = None if tb is None else _col(tb)
+    p = _lstsq_pinv(a, rcond)
+    dx = d_fit = ds = None
+    if ta is not None:
+        dx = matmul(_pinv_jvp(ta, p, a), b)
+        d_fit = -matmul(ta, x)
+        ds = _svdvals_jvp(ta, s, a)
+    if tb is not None:
+        dx = matmul(p, tb) if dx is None else dx + matmul(p, tb)
+        d_fit = tb if d_fit is None else d_fit + tb
+    d_res = None
+    if _shape(res)[0]:
+        d_res = 2 * sum_(_conj_if(b - matmul(a, x)) * d_fit, axis=-2)
+        d_res = real(d_res) if _is_complex(d_res) else d_res
+    if vector:
+        dx = reshape(dx, shape=_shape(dx)[:-1])
+    return dx, d_res, None, ds
+
+
 lstsq = defprim(_lstsq, (_lstsq_vjp_a, _lstsq_vjp_b), name="lstsq", multiple_results=True)
+lstsq.fused_jvp = _lstsq_jvp
 
 
 # --- smooth norms ----------------------------------------------------------------------------------
@@ -336,15 +578,24 @@ def _pnorm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
     return np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
 
 
+def _pnorm_weights(norms, x, ord):  # noqa: A002
+    """d|x|_p / dx, ``norms`` broadcast to ``x``'s shape."""
+    safe = where(unbox(norms) == 0, 1.0, norms)
+    if ord in (None, 2, "fro", "f"):
+        return x / safe
+    return np.sign(unbox(x)) * power(absolute(x) / safe, ord - 1)
+
+
 def _pnorm_vjp(g, ans, x, ord=None, axis=None, keepdims=False):  # noqa: A002
     """x / |x| for 2-norms, sign(x) (|x| / |x|_p)^(p-1) otherwise; 0 (a subgradient) at x = 0."""
     shape = _shape(x)
-    g = _expand_to(g, shape, axis, keepdims)
-    ans = _expand_to(ans, shape, axis, keepdims)
-    safe = where(unbox(ans) == 0, 1.0, ans)
-    if ord in (None, 2, "fro", "f"):
-        return g * x / safe
-    return g * np.sign(unbox(x)) * power(absolute(x) / safe, ord - 1)
+    return _expand_to(g, shape, axis, keepdims) * _pnorm_weights(_expand_to(ans, shape, axis, keepdims), x, ord)
 
 
-pnorm = defprim(_pnorm, _pnorm_vjp, name="pnorm")
+def _pnorm_jvp(t, ans, x, ord=None, axis=None, keepdims=False):  # noqa: A002
+    """<the VJP's weights, t> over the reduced axes."""
+    weights = _pnorm_weights(_expand_to(ans, _shape(x), axis, keepdims), x, ord)
+    return sum_(weights * t, axis=axis, keepdims=keepdims)
+
+
+pnorm = defprim(_pnorm, _pnorm_vjp, name="pnorm", jvp=_pnorm_jvp)

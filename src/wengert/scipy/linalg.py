@@ -2,7 +2,8 @@
 ``sqrtm``, ``solve_sylvester`` (real matrices).
 
 ``expm``'s rule is the block-matrix form of its Fréchet derivative, ``sqrtm``'s a Sylvester
-equation; both rules are written with these same primitives, so second derivatives work.
+equation; both rules are written with these same primitives, so second derivatives work. Each
+primitive has a JVP rule beside its VJP rule: the same equations, solved for the tangent.
 """
 from __future__ import annotations
 
@@ -50,7 +51,33 @@ def _st_vjp_a(g, ans, a, b, trans=0, lower=False, unit_diagonal=False):
     return ga
 
 
+def _st_jvp(tangents, ans, args, params):
+    """dx = op(a)^-1 (db - op(da) x), da the triangle read (its diagonal too unless unit): one solve."""
+    ta, tb = tangents
+    rhs = tb
+    if ta is not None:
+        da = F.tril(ta) if params["lower"] else F.triu(ta)
+        if params["unit_diagonal"]:
+            da = da * (1 - np.eye(args[0].shape[-1]))
+        moved = (_t(da) if params["trans"] else da) @ ans
+        rhs = -moved if rhs is None else rhs - moved
+    return _st(args[0], rhs, **params)
+
+
 _st = defprim(_st_impl, (_st_vjp_a, _st_vjp_b), name="scipy.linalg.solve_triangular")
+def _st_batch(prim, vals, batched, params, size):
+    """vmap (a batch on axis 0) of right-hand sides against one matrix (jacfwd's tangents): one solve
+    with the batch as more columns. A batch of matrices runs once per example."""
+    a, b = vals
+    if batched[0]:
+        return NotImplemented
+    shape = tuple(b.shape)
+    x = prim(a, F.reshape(F.moveaxis(b, 0, -1), (shape[1], -1)), **params)
+    return F.moveaxis(F.reshape(x, shape[1:] + (size,)), -1, 0)
+
+
+_st.fused_jvp = _st_jvp
+_st.batch = _st_batch
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, check_finite=True):
@@ -87,15 +114,17 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     return solve_triangular(c, solve_triangular(c, b, trans=1, lower=False), lower=False)
 
 
-def _expm_vjp(g, ans, a):
+def _frechet(a, e):
+    """The Fréchet derivative of expm at ``a`` along ``e``: the top right block of expm([[a, e], [0, a]])."""
     n = a.shape[-1]
-    at = _t(a)
     zero = np.zeros(a.shape)
-    block = F.concatenate([F.concatenate([at, g], axis=-1), F.concatenate([zero, at], axis=-1)], axis=-2)
+    block = F.concatenate([F.concatenate([a, e], axis=-1), F.concatenate([zero, a], axis=-1)], axis=-2)
     return expm(block)[..., :n, n:]
 
 
-expm = defprim(_sl.expm, _expm_vjp, name="scipy.linalg.expm")
+expm = defprim(_sl.expm, lambda g, ans, a: _frechet(_t(a), g), name="scipy.linalg.expm",
+               jvp=lambda t, ans, a: _frechet(a, t))
+expm.batch = lambda prim, vals, batched, params, size: prim(*vals)  # SciPy's expm takes stacks
 
 
 def _sylvester_impl(a, b, q):
@@ -110,6 +139,20 @@ _sylvester = defprim(_sylvester_impl, (
     lambda g, ans, a, b, q: -(_syl_adjoint(g, a, b) @ _t(ans)),
     lambda g, ans, a, b, q: -(_t(ans) @ _syl_adjoint(g, a, b)),
     lambda g, ans, a, b, q: _syl_adjoint(g, a, b)), name="scipy.linalg.solve_sylvester")
+
+
+def _sylvester_jvp(tangents, ans, args, params):
+    """a dX + dX b = dq - da X - X db: one Sylvester solve for all three tangents."""
+    ta, tb, tq = tangents
+    terms = ([] if tq is None else [tq]) + ([] if ta is None else [-(ta @ ans)]) \
+        + ([] if tb is None else [-(ans @ tb)])
+    rhs = terms[0]
+    for term in terms[1:]:
+        rhs = rhs + term
+    return _sylvester(args[0], args[1], rhs)
+
+
+_sylvester.fused_jvp = _sylvester_jvp
 
 
 def solve_sylvester(a, b, q):
@@ -127,4 +170,5 @@ def _sqrtm_impl(a):
     return out
 
 
-sqrtm = defprim(_sqrtm_impl, lambda g, ans, a: _sylvester(_t(ans), _t(ans), g), name="scipy.linalg.sqrtm")
+sqrtm = defprim(_sqrtm_impl, lambda g, ans, a: _sylvester(_t(ans), _t(ans), g), name="scipy.linalg.sqrtm",
+               jvp=lambda t, ans, a: _sylvester(ans, ans, t))  # X dX + dX X = dA
