@@ -117,3 +117,69 @@ def test_linalg_holomorphic_functions_and_refusals():
             wg.grad(lambda a: wnp.sum(wnp.abs(wnp.ravel(getattr(wnp.linalg, name)(a)[0]))))(a)
     with pytest.raises(NotImplementedError, match="complex"):
         wg.grad(lambda a: wnp.linalg.norm(a, 2))(a)
+
+
+# --- forward mode: the JVP is the real-linear map dz -> J dz ------------------------------------
+@pytest.fixture
+def own_jvp_rules(monkeypatch):
+    """Every primitive must run its own JVP rule: the transposed-VJP fallback fails the test."""
+    from wengert.transforms import forward
+
+    def refuse(prim, *args):
+        raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
+@pytest.mark.parametrize("shape", [(), (3,)])
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_forward_mode_first_and_second_order(name, shape, own_jvp_rules):
+    rng = np.random.default_rng(1)
+    z = _z(rng, shape) + (2.0 if name == "log_sqrt_power" else 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        wg.check_grads(FUNCS[name], (z,), order=2, modes=("fwd",))
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_jvp_of_non_holomorphic_functions(dtype, own_jvp_rules):
+    rng = np.random.default_rng(7)
+    z, t = _z(rng, (5,)).astype(dtype), _z(rng, (5,)).astype(dtype)
+    real_dtype = np.finfo(dtype).dtype
+    expected = {
+        wnp.abs: (np.conj(z) * t).real / np.abs(z),
+        wnp.angle: (np.conj(z) * t).imag / np.abs(z) ** 2,
+        wnp.real: t.real, wnp.imag: t.imag, wnp.conj: np.conj(t),
+        lambda z: z.real * z.imag: t.real * z.imag + z.real * t.imag,
+    }
+    for f, want in expected.items():
+        out, dt = wg.jvp(f, (z,), (t,))
+        assert dt.dtype == out.dtype == want.dtype
+        np.testing.assert_allclose(dt, want, rtol=1e-5 if dtype == np.complex64 else 1e-12)
+    assert wg.jvp(wnp.abs, (z,), (t,))[1].dtype == real_dtype
+    # a real input through complex values: the tangent stays real
+    x, tx = z.real.copy(), t.real.copy()
+    out, dt = wg.jvp(lambda x: wnp.abs(wnp.exp(1j * x) * (x + 2)), (x,), (tx,))
+    assert dt.dtype == real_dtype
+    np.testing.assert_allclose(dt, tx, rtol=1e-5 if dtype == np.complex64 else 1e-12)  # |e^{ix}| (x + 2)
+
+
+def test_abs_of_complex_zero_has_derivative_zero_in_both_modes(own_jvp_rules):
+    z = np.array([0j, 3 + 4j])
+    t = np.array([1 + 2j, 1j])
+    np.testing.assert_allclose(wg.jvp(wnp.abs, (z,), (t,))[1], [0.0, 0.8])
+    np.testing.assert_allclose(wg.grad(lambda z: wnp.sum(wnp.abs(z)))(z), [0.0, 0.6 - 0.8j])
+    assert np.all(np.isfinite(wg.jacobian(lambda z: wnp.abs(z) * 2)(z)))
+
+
+def test_jacfwd_equals_jacobian_through_complex_values(own_jvp_rules):
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal(3), rng.standard_normal(3)
+
+    def f(x, y):
+        z = x + 1j * y
+        return wnp.abs(wnp.sin(z) * wnp.conj(z)) + wnp.angle(z) * wnp.real(z ** 2) - wnp.imag(wnp.exp(z) / (z + 3))
+
+    for a, b in zip(wg.jacfwd(f, argnums=(0, 1))(x, y), wg.jacobian(f, argnums=(0, 1))(x, y)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    s = lambda x: wnp.sum(f(x, y))  # noqa: E731
+    np.testing.assert_allclose(wg.hessian(s)(x), wg.jacobian(wg.grad(s))(x), rtol=1e-10, atol=1e-12)

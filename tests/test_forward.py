@@ -379,3 +379,107 @@ def test_astype_jvp_to_integer_and_from_complex(own_structural_rules):
     np.testing.assert_allclose(dt, t)
     out, dt = wg.jvp(lambda x: x.astype(np.float32), (x,), (t,))
     assert dt.dtype == np.float32
+
+
+# --- JVP rules of the elementwise primitives (primitives/elementwise.py and complex.py) -------------
+_ELEMENTWISE = ("add", "subtract", "multiply", "divide", "negative", "positive", "power", "float_power", "square",
+                "sqrt", "cbrt", "reciprocal", "remainder", "fmod", "exp", "exp2", "expm1", "log", "log2", "log10",
+                "log1p", "logaddexp", "logaddexp2", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh",
+                "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "arctan2", "hypot", "deg2rad", "rad2deg",
+                "absolute", "fabs", "maximum", "minimum", "fmax", "fmin", "where", "clip", "real", "imag",
+                "conjugate", "angle")
+
+
+@pytest.fixture
+def own_elementwise_rules(monkeypatch):
+    """Forward mode must run the elementwise primitives' own JVP rules, not the transposed VJP."""
+    from wengert.transforms import forward
+    fallback = forward.transposed_jvp
+
+    def refuse(prim, *args):
+        if prim.name in _ELEMENTWISE:
+            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+        return fallback(prim, *args)
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
+def test_elementwise_primitives_have_jvp_rules():
+    from wengert.primitives._table import PRIMITIVES
+    assert [n for n in _ELEMENTWISE if PRIMITIVES[n].jvp is None and PRIMITIVES[n].fused_jvp is None
+            and not PRIMITIVES[n].linear] == []
+
+
+_ELEMENTWISE_ROWS = [n for n in CASE_IDS if n.split("(")[0] in _ELEMENTWISE + ("abs", "mod", "true_divide", "pow",
+                                                                            "atan2", "conj")
+                     or n.startswith(("power(", "float_power(", "divide ", "x ** ", "where", "clip", ".clip",
+                                      "x % y", "c % x", "c ** x", "abs(x)", "np.maximum", "np.power", "np.where",
+                                      "np.clip", "np.abs"))]
+
+
+@pytest.mark.parametrize("name", _ELEMENTWISE_ROWS)
+def test_elementwise_rows_run_their_own_jvp_rules(name, own_elementwise_rules):
+    fn, specs = CASES[name]
+    wg.check_grads(fn, draw(name, specs), modes=("fwd",))
+
+
+@pytest.mark.parametrize("name", [n for n in SECOND_ORDER[12:] if n in _ELEMENTWISE_ROWS])
+def test_elementwise_forward_over_reverse(name, own_elementwise_rules):
+    fn, specs = CASES[name]
+    wg.check_grads(fn, draw(name, specs), order=2, modes=("fwd",))
+
+
+_BINARY_FNS = {
+    "divide": wnp.divide, "arctan2": wnp.arctan2, "hypot": wnp.hypot, "power": lambda x, y: wnp.abs(x) ** y,
+    "multiply": wnp.multiply, "subtract": wnp.subtract, "logaddexp2": wnp.logaddexp2, "maximum": wnp.maximum,
+    "remainder": lambda x, y: wnp.remainder(x * 3, y), "fmod": lambda x, y: wnp.fmod(x * 3, y + 3),
+    "where": lambda x, y: wnp.where(np.array([True, False, True, False]), x, y),
+    "clip": lambda x, y: wnp.clip(y, x, x + 1),
+}
+
+
+@pytest.mark.parametrize("traced", ["x", "y", "both"])
+@pytest.mark.parametrize("name", sorted(_BINARY_FNS))
+def test_binary_jvp_with_one_or_both_arguments_traced(name, traced, own_elementwise_rules):
+    """Per-argument and fused rules alike: each share alone, their sum, broadcast and mixed precision."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 1)).astype(np.float32)  # broadcast against y, and a float32 share
+    y = rng.uniform(0.5, 2.0, 4)
+    tx, ty = rng.standard_normal(x.shape).astype(np.float32), rng.standard_normal(y.shape)
+    f = _BINARY_FNS[name]
+    jx, jy = wg.jacobian(f, argnums=(0, 1))(x.astype(np.float64), y)
+    if traced == "x":
+        out, t = wg.jvp(lambda x: f(x, y), (x,), (tx,))
+        expected = jx.reshape(12, 3) @ tx.ravel()
+    elif traced == "y":
+        out, t = wg.jvp(lambda y: f(x, y), (y,), (ty,))
+        expected = jy.reshape(12, 4) @ ty
+    else:
+        out, t = wg.jvp(f, (x, y), (tx, ty))
+        expected = jx.reshape(12, 3) @ tx.ravel() + jy.reshape(12, 4) @ ty
+    assert t.shape == out.shape == (3, 4) and t.dtype == out.dtype
+    np.testing.assert_allclose(t.ravel(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum", "fmax", "fmin"])
+def test_extremum_jvp_averages_tied_tangents(name, own_elementwise_rules):
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([1.0, 5.0, 0.0])
+    tx, ty = np.array([4.0, 1.0, 2.0]), np.array([6.0, 3.0, 7.0])
+    f = getattr(wnp, name)
+    t = wg.jvp(f, (x, y), (tx, ty))[1]
+    x_wins = (x > y) if name in ("maximum", "fmax") else (x < y)
+    np.testing.assert_allclose(t, np.where(x == y, (tx + ty) / 2, np.where(x_wins, tx, ty)))
+    np.testing.assert_allclose(t, sum(j @ v for j, v in zip(wg.jacobian(f, argnums=(0, 1))(x, y), (tx, ty))))
+
+
+def test_elementwise_jacfwd_and_hessian(own_elementwise_rules):
+    rng = np.random.default_rng(8)
+    x, y = rng.uniform(0.5, 2.0, 4), rng.standard_normal(4)
+
+    def f(x, y):
+        return (wnp.arctan2(y, x) * wnp.hypot(x, y) + x / (y * y + 1) + wnp.where(y > 0, wnp.sin(x), wnp.exp(y))
+                + wnp.clip(y, -0.5, 0.5) * wnp.maximum(x, y) ** 1.5 + wnp.logaddexp(x, y) - wnp.remainder(x, 0.7))
+
+    for a, b in zip(wg.jacfwd(f, argnums=(0, 1))(x, y), wg.jacobian(f, argnums=(0, 1))(x, y)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    s = lambda x: wnp.sum(f(x, y))  # noqa: E731
+    np.testing.assert_allclose(wg.hessian(s)(x), wg.jacobian(wg.grad(s))(x), rtol=1e-10, atol=1e-12)

@@ -6,6 +6,9 @@ function's rule is the same as for reals (``g * f'(z)``) and needs no conjugates
 non-holomorphic functions below (and ``absolute``) have complex-specific rules. The gradient of a
 real loss ``L`` with respect to ``z = x + iy`` is then ``dL/dx - i dL/dy``.
 
+Forward mode needs no convention: the JVP is the real-linear map ``dz -> J dz``. ``real``, ``imag``
+and ``conj`` are real-linear, so their JVP is the function itself applied to the tangent.
+
 A real value that received a complex cotangent (``x * 1j`` with ``x`` real) keeps its real part:
 ``Re(c * dx) = Re(c) dx`` for real ``dx``.
 """
@@ -23,18 +26,31 @@ def _is_complex(x):
 
 # A real output's cotangent may carry a meaningless imaginary part (see real_part): dropped here,
 # before it could reach a complex value.
-real = defprim(np.real, lambda g, ans, x: real_part(g) + 0j, name="real")
-imag = defprim(np.imag, lambda g, ans, x: -1j * real_part(g), name="imag")
-conj = defprim(np.conjugate, lambda g, ans, x: conj(g), name="conjugate")
+real = defprim(np.real, lambda g, ans, x: real_part(g) + 0j, name="real", linear=True)
+imag = defprim(np.imag, lambda g, ans, x: -1j * real_part(g), name="imag", linear=True)
+conj = defprim(np.conjugate, lambda g, ans, x: conj(g), name="conjugate", linear=True)
 conjugate = conj
+# vmap: elementwise, so the batch axis passes through (np.real and np.imag are not ufuncs, which
+# vmap would recognize); jacfwd applies them to a batch of tangents
+real.batch = imag.batch = lambda prim, vals, batched, params, size: prim(vals[0])
 
 
 def _angle_impl(z):
     return np.angle(z)
 
 
+def _angle_jvp(t, ans, z):
+    """Im(conj(z) dz) / |z|^2; the angle of a real array (0 or pi) is piecewise constant."""
+    if not _is_complex(z):
+        return None
+    c = conj(z)
+    return imag(c * t) / real(c * z)
+
+
 # d angle = Im(conj(z) dz) / |z|^2 = Re(-i conj(z) dz) / |z|^2
-angle_ = defprim(_angle_impl, lambda g, ans, z: real_part(g) * -1j * conj(z) / real(z * conj(z)), name="angle")
+angle_ = defprim(_angle_impl, lambda g, ans, z: real_part(g) * -1j * conj(z) / real(z * conj(z)), name="angle",
+                 jvp=_angle_jvp)
+angle_.batch = real.batch
 
 
 def real_part(g):
@@ -49,9 +65,26 @@ def real_part(g):
     return np.real(g) if np.iscomplexobj(g) else g
 
 
+def _nonzero(a):
+    """``a`` with its zeros replaced by ones (a constant selection): at ``z == 0`` the derivative
+    ``conj(z) / |z|`` of ``|z|`` is taken as 0, as ``sign(0) = 0`` makes it for reals (and as JAX)."""
+    zero = unbox(a) == 0
+    if np.any(zero):
+        from .elementwise import where
+        return where(zero, 1, a)
+    return a
+
+
 def abs_vjp(g, x):
     """``absolute``'s rule: ``g sign(x)`` for reals, ``g conj(x) / |x|`` for complex ``x``."""
     if _is_complex(x):
         from .elementwise import absolute
-        return real_part(g) * conj(x) / absolute(x)
+        return real_part(g) * conj(x) / _nonzero(absolute(x))
     return g * np.sign(unbox(x))
+
+
+def abs_jvp(t, ans, x):
+    """``absolute``'s JVP: ``t sign(x)`` for reals, ``Re(conj(x) t) / |x|`` for complex ``x``."""
+    if _is_complex(x):
+        return real(conj(x) * t) / _nonzero(ans)
+    return t * np.sign(unbox(x))

@@ -1,16 +1,22 @@
-"""Elementwise operations (NumPy's ufuncs and where/clip): implementation and VJP, one line each.
+"""Elementwise operations (NumPy's ufuncs and where/clip): implementation, VJP and JVP rules.
 
 Rules reuse the forward output ``ans`` where the derivative is a function of it (exp' = exp,
 tanh' = 1 - tanh^2, sqrt' = 1 / (2 sqrt)): that avoids recomputing a transcendental function in
 the backward pass, which is where naive AD loses most against hand-written gradients.
-Ties in maximum/minimum split the gradient equally between the two arguments.
+Ties in maximum/minimum split the gradient equally between the two arguments, in both modes.
+
+One-argument functions are declared with ``defunary``: their Jacobian is diagonal, so the VJP rule
+``g * f'(x)`` is the JVP rule too. Binary functions give a JVP rule per argument (the same product
+as the VJP without ``unbroadcast``: forward mode broadcasts the tangent to the output); ``divide``,
+``arctan2`` and ``where`` compute the whole tangent at once (``fused_jvp``) to share work between
+the two arguments' shares.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..core.trace import unbox
-from ._table import defprim, unbroadcast
+from ._table import defprim, defunary, unbroadcast
 from . import complex as _complex
 
 LN2 = np.log(2.0)
@@ -49,16 +55,31 @@ def _power_slope(pow_, x, y):
 
 # --- arithmetic --------------------------------------------------------------------------------
 add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                       lambda g, ans, x, y: unbroadcast(g, y.shape)))
+                       lambda g, ans, x, y: unbroadcast(g, y.shape)),
+              jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t))
 subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                                 lambda g, ans, x, y: unbroadcast(negative(g), y.shape)))
+                                 lambda g, ans, x, y: unbroadcast(negative(g), y.shape)),
+                   jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: negative(t)))
 multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(g * y, x.shape),
-                                 lambda g, ans, x, y: unbroadcast(g * x, y.shape)))
+                                 lambda g, ans, x, y: unbroadcast(g * x, y.shape)),
+                   jvp=(lambda t, ans, x, y: t * y, lambda t, ans, x, y: t * x))
 divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
                              lambda g, ans, x, y: unbroadcast(-g * ans / y, y.shape)))
 true_divide = divide
-negative = defprim(np.negative, lambda g, ans, x: negative(g))
-positive = defprim(np.positive, lambda g, ans, x: g)
+negative = defprim(np.negative, lambda g, ans, x: negative(g), linear=True)
+positive = defprim(np.positive, lambda g, ans, x: g, jvp=lambda t, ans, x: t)
+
+
+def _divide_jvp(tangents, ans, args, params):
+    """d(x/y) = (dx - ans dy) / y: one division for both shares."""
+    (tx, ty), y = tangents, args[1]
+    if ty is None:
+        return tx / y
+    num = ty * ans
+    return (tx - num if tx is not None else negative(num)) / y
+
+
+divide.fused_jvp = _divide_jvp
 def _power(x, y):
     """``np.power``; ``x ** 2`` goes through ``np.square`` as NumPy's own operator does (5x faster)."""
     if (type(y) is int or type(y) is float) and y == 2:
@@ -67,69 +88,98 @@ def _power(x, y):
 
 
 power = defprim(_power, name="power", vjp=(lambda g, ans, x, y: unbroadcast(g * _power_slope(power, x, y), x.shape),
-                           lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)))
+                           lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)),
+                jvp=(lambda t, ans, x, y: t * _power_slope(power, x, y), lambda t, ans, x, y: t * ans * _safe_log(x)))
 float_power = defprim(np.float_power, (
     lambda g, ans, x, y: unbroadcast(g * _power_slope(float_power, x, y), x.shape),
-    lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)))
-square = defprim(np.square, lambda g, ans, x: g * 2 * x)
-sqrt = defprim(np.sqrt, lambda g, ans, x: g * 0.5 / ans)
-cbrt = defprim(np.cbrt, lambda g, ans, x: g / (3 * ans * ans))
-reciprocal = defprim(np.reciprocal, lambda g, ans, x: -g * ans * ans)
+    lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)),
+    jvp=(lambda t, ans, x, y: t * _power_slope(float_power, x, y), lambda t, ans, x, y: t * ans * _safe_log(x)))
+square = defunary(np.square, lambda g, ans, x: g * 2 * x)
+sqrt = defunary(np.sqrt, lambda g, ans, x: g * 0.5 / ans)
+cbrt = defunary(np.cbrt, lambda g, ans, x: g / (3 * ans * ans))
+reciprocal = defunary(np.reciprocal, lambda g, ans, x: -g * ans * ans)
+# d(x mod y) = dx - floor(x / y) dy (the quotient is piecewise constant); fmod truncates instead
 remainder = defprim(np.remainder, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                                   lambda g, ans, x, y: unbroadcast(-g * np.floor_divide(unbox(x), unbox(y)), y)))
+                                   lambda g, ans, x, y: unbroadcast(-g * np.floor_divide(unbox(x), unbox(y)), y)),
+                    jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * -np.floor_divide(unbox(x), unbox(y))))
 mod = remainder
 fmod = defprim(np.fmod, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                         lambda g, ans, x, y: unbroadcast(-g * np.trunc(unbox(x) / unbox(y)), y)))
+                         lambda g, ans, x, y: unbroadcast(-g * np.trunc(unbox(x) / unbox(y)), y)),
+               jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * -np.trunc(unbox(x) / unbox(y))))
 
 # --- exponentials and logarithms ------------------------------------------------------------
-exp = defprim(np.exp, lambda g, ans, x: g * ans)
-exp2 = defprim(np.exp2, lambda g, ans, x: g * ans * LN2)
-expm1 = defprim(np.expm1, lambda g, ans, x: g * (ans + 1))
-log = defprim(np.log, lambda g, ans, x: g / x)
-log2 = defprim(np.log2, lambda g, ans, x: g / (x * LN2))
-log10 = defprim(np.log10, lambda g, ans, x: g / (x * LN10))
-log1p = defprim(np.log1p, lambda g, ans, x: g / (x + 1))
+exp = defunary(np.exp, lambda g, ans, x: g * ans)
+exp2 = defunary(np.exp2, lambda g, ans, x: g * ans * LN2)
+expm1 = defunary(np.expm1, lambda g, ans, x: g * (ans + 1))
+log = defunary(np.log, lambda g, ans, x: g / x)
+log2 = defunary(np.log2, lambda g, ans, x: g / (x * LN2))
+log10 = defunary(np.log10, lambda g, ans, x: g / (x * LN10))
+log1p = defunary(np.log1p, lambda g, ans, x: g / (x + 1))
 logaddexp = defprim(np.logaddexp, (lambda g, ans, x, y: unbroadcast(g * exp(x - ans), x.shape),
-                                   lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y.shape)))
+                                   lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y.shape)),
+                    jvp=(lambda t, ans, x, y: t * exp(x - ans), lambda t, ans, x, y: t * exp(y - ans)))
 logaddexp2 = defprim(np.logaddexp2, (lambda g, ans, x, y: unbroadcast(g * exp2(x - ans), x.shape),
-                                     lambda g, ans, x, y: unbroadcast(g * exp2(y - ans), y.shape)))
+                                     lambda g, ans, x, y: unbroadcast(g * exp2(y - ans), y.shape)),
+                     jvp=(lambda t, ans, x, y: t * exp2(x - ans), lambda t, ans, x, y: t * exp2(y - ans)))
 
 # --- trigonometric and hyperbolic -------------------------------------------------------------
-sin = defprim(np.sin, lambda g, ans, x: g * cos(x))
-cos = defprim(np.cos, lambda g, ans, x: -g * sin(x))
-tan = defprim(np.tan, lambda g, ans, x: g * (1 + ans * ans))
-arcsin = defprim(np.arcsin, lambda g, ans, x: g / sqrt(1 - x * x))
-arccos = defprim(np.arccos, lambda g, ans, x: -g / sqrt(1 - x * x))
-arctan = defprim(np.arctan, lambda g, ans, x: g / (1 + x * x))
-sinh = defprim(np.sinh, lambda g, ans, x: g * cosh(x))
-cosh = defprim(np.cosh, lambda g, ans, x: g * sinh(x))
-tanh = defprim(np.tanh, lambda g, ans, x: g * (1 - ans * ans))
-arcsinh = defprim(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
-arccosh = defprim(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
-arctanh = defprim(np.arctanh, lambda g, ans, x: g / (1 - x * x))
+sin = defunary(np.sin, lambda g, ans, x: g * cos(x))
+cos = defunary(np.cos, lambda g, ans, x: -g * sin(x))
+tan = defunary(np.tan, lambda g, ans, x: g * (1 + ans * ans))
+arcsin = defunary(np.arcsin, lambda g, ans, x: g / sqrt(1 - x * x))
+arccos = defunary(np.arccos, lambda g, ans, x: -g / sqrt(1 - x * x))
+arctan = defunary(np.arctan, lambda g, ans, x: g / (1 + x * x))
+sinh = defunary(np.sinh, lambda g, ans, x: g * cosh(x))
+cosh = defunary(np.cosh, lambda g, ans, x: g * sinh(x))
+tanh = defunary(np.tanh, lambda g, ans, x: g * (1 - ans * ans))
+arcsinh = defunary(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
+arccosh = defunary(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
+arctanh = defunary(np.arctanh, lambda g, ans, x: g / (1 - x * x))
 arctan2 = defprim(np.arctan2, (lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y.shape),
                                lambda g, ans, y, x: unbroadcast(-g * y / (x * x + y * y), x.shape)))
 hypot = defprim(np.hypot, (lambda g, ans, x, y: unbroadcast(g * x / ans, x.shape),
-                           lambda g, ans, x, y: unbroadcast(g * y / ans, y.shape)))
-deg2rad = defprim(np.deg2rad, lambda g, ans, x: g * (np.pi / 180))
-rad2deg = defprim(np.rad2deg, lambda g, ans, x: g * (180 / np.pi))
+                           lambda g, ans, x, y: unbroadcast(g * y / ans, y.shape)),
+                jvp=(lambda t, ans, x, y: t * x / ans, lambda t, ans, x, y: t * y / ans))
+
+
+def _arctan2_jvp(tangents, ans, args, params):
+    """d arctan2(y, x) = (x dy - y dx) / (x^2 + y^2): the denominator once for both shares."""
+    (ty, tx), (y, x) = tangents, args
+    if tx is None:
+        num = ty * x
+    elif ty is None:
+        num = negative(tx * y)
+    else:
+        num = ty * x - tx * y
+    return num / (x * x + y * y)
+
+
+arctan2.fused_jvp = _arctan2_jvp
+deg2rad = defunary(np.deg2rad, lambda g, ans, x: g * (np.pi / 180))
+rad2deg = defunary(np.rad2deg, lambda g, ans, x: g * (180 / np.pi))
 radians, degrees = deg2rad, rad2deg
 
 # --- absolute value, extrema, selection ---------------------------------------------------------
-absolute = defprim(np.absolute, lambda g, ans, x: _complex.abs_vjp(g, x))  # complex: g conj(x)/|x|
+absolute = defprim(np.absolute, lambda g, ans, x: _complex.abs_vjp(g, x),  # complex: g conj(x)/|x|
+                   jvp=lambda t, ans, x: _complex.abs_jvp(t, ans, x))  # complex: Re(conj(x) t)/|x|
 abs = absolute  # noqa: A001 - NumPy's name
-fabs = defprim(np.fabs, lambda g, ans, x: g * np.sign(unbox(x)))
+fabs = defunary(np.fabs, lambda g, ans, x: g * np.sign(unbox(x)))
+_EXTREMUM_JVP = (lambda t, ans, x, y: t * _tie_share(x, ans, y), lambda t, ans, x, y: t * _tie_share(y, ans, x))
 maximum = defprim(np.maximum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
 minimum = defprim(np.minimum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
 fmax = defprim(np.fmax, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
 fmin = defprim(np.fmin, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)))
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
 where = defprim(np.where, (None,
                            lambda g, ans, c, x, y: unbroadcast(where(c, g, 0), x.shape),
                            lambda g, ans, c, x, y: unbroadcast(where(c, 0, g), y.shape)), name="where")
+# the selected argument's tangent, one ``where`` for both (the condition has none)
+where.fused_jvp = lambda ts, ans, args, params: (
+    None if ts[1] is None and ts[2] is None
+    else where(args[0], ts[1] if ts[1] is not None else 0, ts[2] if ts[2] is not None else 0))
 
 
 def _clip(x, lo, hi):
@@ -137,16 +187,20 @@ def _clip(x, lo, hi):
 
 
 def _inside(x, lo, hi):
+    """Where ``x`` is within its bounds (the output's shape: bounds may broadcast ``x``)."""
     x = unbox(x)
     inside = np.ones(np.shape(x), bool)
     if lo is not None:
-        inside &= x >= unbox(lo)
+        inside = inside & (x >= unbox(lo))
     if hi is not None:
-        inside &= x <= unbox(hi)
+        inside = inside & (x <= unbox(hi))
     return inside
 
 
 clip = defprim(_clip, (lambda g, ans, x, lo, hi: unbroadcast(where(_inside(x, lo, hi), g, 0), x.shape),
                        lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) < unbox(lo), g, 0), lo),
                        lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) > unbox(hi), g, 0), hi)),
+               jvp=(lambda t, ans, x, lo, hi: where(_inside(x, lo, hi), t, 0),
+                    lambda t, ans, x, lo, hi: where(unbox(x) < unbox(lo), t, 0),
+                    lambda t, ans, x, lo, hi: where(unbox(x) > unbox(hi), t, 0)),
                name="clip")
