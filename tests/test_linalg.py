@@ -403,6 +403,13 @@ def _complex(*shape):
     return randn(*shape) + 1j * randn(*shape)
 
 
+def _hermitian_read(n):
+    """Hermitian positive definite in the lower triangle; noise above it and on the diagonal's imaginary
+    part, which NumPy's hermitian=True routes (eigh) do not read."""
+    b = _complex(n, n)
+    return b @ b.conj().T + n * np.eye(n) + np.triu(_complex(n, n))
+
+
 COMPLEX = [
     ("inv", la.inv, (_complex(3, 3) + 3 * np.eye(3),)),
     ("det", la.det, (_complex(2, 3, 3) + 3 * np.eye(3),)),
@@ -411,6 +418,7 @@ COMPLEX = [
     ("slogdet", lambda a: tuple(la.slogdet(a)), (_complex(2, 3, 3) + 3 * np.eye(3),)),
     ("pinv_tall", la.pinv, (_complex(4, 3),)),
     ("pinv_wide_batched", la.pinv, (_complex(2, 3, 4),)),
+    ("pinv_hermitian", lambda a: la.pinv(a, hermitian=True), (_hermitian_read(3),)),
     ("lstsq", lambda a, b: la.lstsq(a, b)[:2], (_complex(5, 3), _complex(5, 2))),
     ("lstsq_values", lambda a, b: la.lstsq(a, b)[3], (_complex(5, 3), randn(5))),
 ]
@@ -434,10 +442,12 @@ def test_complex_jvp_against_finite_differences(name, f, args, own_jvp_rules):
     ("slogdet_sign", lambda a: wnp.real(la.slogdet(a)[0] * (1 - 3j)), (_complex(2, 3, 3) + 3 * np.eye(3),)),
     ("pinv_tall", lambda a: wnp.abs(la.pinv(a)), (_complex(4, 3),)),
     ("pinv_wide_batched", lambda a: wnp.real(la.pinv(a)), (_complex(2, 3, 4),)),
+    ("pinv_hermitian", lambda a: wnp.real(la.pinv(a, hermitian=True) * (1 + 2j)), (_hermitian_read(3),)),
     ("lstsq", lambda a, b: wnp.sum(wnp.abs(la.lstsq(a, b)[0]) ** 2) + wnp.sum(la.lstsq(a, b)[1]),
      (_complex(5, 3), _complex(5, 2))),
     ("lstsq_values", lambda a, b: la.lstsq(a, b)[3], (_complex(5, 3), randn(5))),
 ])
 def test_complex_reverse_mode(name, f, args):
-    """Reverse mode is the transpose of those JVPs: pinv's dA^H terms, |r|^2 and the complex sign."""
+    """Reverse mode is the transpose of those JVPs: pinv's dA^H terms (and the Hermitian triangle read),
+    |r|^2 and the complex sign."""
     wg.check_grads(f, args, order=1)

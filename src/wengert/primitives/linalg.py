@@ -88,14 +88,21 @@ def _strict_lower(n, lower=True):
 
 
 def _fold(a_bar, lower=True):
-    """The cotangent of a matrix of which only one triangle is read (see the module docstring)."""
+    """The cotangent of a matrix of which only one triangle is read (see the module docstring);
+    complex (Hermitian) ones: the mirror entry conjugated, the real part of the diagonal."""
     n = _shape(a_bar)[-1]
+    if _is_complex(a_bar):
+        return where(_strict_lower(n, lower), a_bar + conj(_mT(a_bar)), where(np.eye(n, dtype=bool), real(a_bar), 0.0))
     return where(_strict_lower(n, lower), a_bar + _mT(a_bar), where(np.eye(n, dtype=bool), a_bar, 0.0))
 
 
 def _symmetric_from(x, lower=True):
-    """The symmetric matrix NumPy sees when it reads only the lower (upper) triangle of ``x``."""
-    return where(_strict_lower(_shape(x)[-1], not lower), _mT(x), x)
+    """The symmetric matrix NumPy sees when it reads only the lower (upper) triangle of ``x``; for
+    complex ``x`` the Hermitian one (the mirror conjugated, the diagonal's imaginary part ignored)."""
+    n = _shape(x)[-1]
+    if _is_complex(x):
+        return where(_strict_lower(n, not lower), conj(_mT(x)), where(np.eye(n, dtype=bool), real(x), x))
+    return where(_strict_lower(n, not lower), _mT(x), x)
 
 
 def _inverse_gaps(w):
