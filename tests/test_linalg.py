@@ -451,3 +451,21 @@ def test_complex_reverse_mode(name, f, args):
     """Reverse mode is the transpose of those JVPs: pinv's dA^H terms (and the Hermitian triangle read),
     |r|^2 and the complex sign."""
     wg.check_grads(f, args, order=1)
+
+
+@pytest.mark.parametrize("name, f, args", [
+    ("slogdet_log_squared", lambda a: la.slogdet(a)[1] ** 2, (_complex(3, 3) + 3 * np.eye(3),)),
+    ("slogdet_sign_times_log", lambda a: (lambda s: wnp.real(s[0] * (2 - 1j)) * s[1])(la.slogdet(a)),
+     (_complex(3, 3) + 3 * np.eye(3),)),
+    ("lstsq_residuals", lambda a, b: wnp.sum(la.lstsq(a, b)[1] ** 2), (_complex(5, 3), _complex(5, 2))),
+])
+def test_complex_second_order(name, f, args):
+    """Real outputs of complex matrices (log|det|, residuals) pass on the real part of their cotangent."""
+    wg.check_grads(f, args, order=2, modes=("fwd", "rev"))
+
+
+def test_complex_svd_rules_refuse_rather_than_guess():
+    a, b = _complex(5, 3), _complex(5)
+    wg.check_grads(lambda a: la.lstsq(a, b)[3], (a,), order=1)  # first order needs no SVD rule
+    with pytest.raises(NotImplementedError, match="complex"):
+        wg.hessian(lambda a: wnp.sum(la.lstsq(a, b)[3] ** 2))(a)

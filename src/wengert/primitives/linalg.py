@@ -239,9 +239,11 @@ det = defprim(np.linalg.det, _det_vjp, name="det", jvp=_det_jvp)
 def _slogdet_vjp(g, ans, x):
     """The sign of a real matrix is piecewise constant; a complex one turns by i Im tr(x^-1 dx)."""
     g_sign, g_log = g
-    weight = g_log
-    if np.iscomplexobj(unbox(x)) and (type(g_sign) is Tracer or np.any(unbox(g_sign))):
-        weight = g_log + 1j * imag(ans[0] * g_sign)
+    if not _is_complex(x):
+        return _col(_col(g_log)) * _mT(inv(x))
+    weight = real(g_log) if _is_complex(g_log) else g_log  # log|det| is real: Re of its cotangent
+    if type(g_sign) is Tracer or np.any(unbox(g_sign)):
+        weight = weight + 1j * imag(ans[0] * g_sign)
     return _col(_col(weight)) * _mT(inv(x))
 
 
@@ -337,8 +339,18 @@ def _svd(x, full_matrices=True):
     return np.linalg.svd(x, full_matrices=full_matrices)
 
 
+def _real_svd(x):
+    """The SVD rules assume a real matrix. Complex ones reach them only from inside other rules
+    (lstsq's singular values, det's cofactors), differentiated a second time."""
+    if _is_complex(x):
+        raise NotImplementedError("wengert.numpy.linalg: derivatives of the SVD of a complex matrix are not "
+                                  "implemented (here the second derivative of lstsq's singular values or of det "
+                                  "at a near-singular complex matrix)")
+
+
 def _svd_vjp(g, ans, x, full_matrices=True):
     """Townsend 2016, for U (M, K), s (K,), Vt (K, N), K = min(M, N)."""
+    _real_svd(x)
     u, s, vt = ans
     gu, gs, gvt = g
     m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vt)[-1]
@@ -363,6 +375,7 @@ def _svd_jvp(tangents, ans, args, params):
     """With dS = U^T dA V, F the inverse gaps of s^2: ds = diag(dS), dU = U (F o (dS S + S dS^T)),
     dV = V (F o (S dS + dS^T S)), plus the parts outside the spans of U and V when M != N (JAX's
     rule). Completing columns of a full U (rows of Vh) get _complement_tangent."""
+    _real_svd(args[0])
     t = tangents[0]
     u, s, vt = ans
     m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vt)[-1]
@@ -403,8 +416,9 @@ def _svdvals_vjp(g, ans, x):
     """U diag(g) V^T; the singular vectors are recomputed (they were not needed forward). Complex x
     (reached from lstsq only): conj(U diag(g) V^H)."""
     u, _, vt = svd(x, full_matrices=False)
-    a_bar = matmul(u * _row(g), vt)
-    return conj(a_bar) if _is_complex(x) else a_bar
+    if not _is_complex(x):
+        return matmul(u * _row(g), vt)
+    return conj(matmul(u * _row(real(g) if _is_complex(g) else g), vt))
 
 
 def _svdvals_jvp(t, ans, x):
@@ -525,6 +539,11 @@ def _conj_if(r):
     return conj(r) if _is_complex(r) else r
 
 
+def _real_if(g):
+    """The real part of a real output's cotangent (docs/complex.md: its imaginary part means nothing)."""
+    return real(g) if _is_complex(g) else g
+
+
 def _lstsq_vjp_a(g, ans, a, b, rcond=None):
     """x = pinv(a) b; residuals |b - a x|^2 move with a only through a (x is optimal); s = svd(a)."""
     gx, gres, _, gs = g
@@ -533,8 +552,10 @@ def _lstsq_vjp_a(g, ans, a, b, rcond=None):
         gx, x, b = _col(gx), _col(x), _col(b)
     a_bar = _pinv_vjp(matmul(gx, _mT(b)), _lstsq_pinv(a, rcond), a)
     if _shape(res)[0]:
-        a_bar = a_bar - 2 * matmul(_conj_if(b - matmul(a, x)) * gres, _mT(x))
-    if type(gs) is Tracer or np.any(gs):
+        a_bar = a_bar - 2 * matmul(_conj_if(b - matmul(a, x)) * _real_if(gres), _mT(x))
+    # A zero cotangent (s unused) adds nothing. For complex a it is skipped even when traced: the
+    # SVD rules that would differentiate this term again are real only (_real_svd).
+    if np.any(unbox(gs)) or (type(gs) is Tracer and not _is_complex(a)):
         a_bar = a_bar + _svdvals_vjp(gs, s, a)
     return a_bar
 
@@ -544,7 +565,7 @@ def _lstsq_vjp_b(g, ans, a, b, rcond=None):
     x, res, _, _ = ans
     b_bar = matmul(_mT(_lstsq_pinv(a, rcond)), gx)
     if _shape(res)[0]:
-        b_bar = b_bar + 2 * _conj_if(b - matmul(a, x)) * gres
+        b_bar = b_bar + 2 * _conj_if(b - matmul(a, x)) * _real_if(gres)
     return b_bar
 
 
