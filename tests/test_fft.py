@@ -6,6 +6,19 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 
+@pytest.fixture(autouse=True)
+def own_jvp_rules(monkeypatch):
+    """Forward mode must run the FFT primitives' own (linear) JVP rules, not the transposed-VJP fallback."""
+    from wengert.transforms import forward
+    fallback = forward.transposed_jvp
+
+    def refuse(prim, *args):
+        if prim.name.startswith("fft."):
+            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+        return fallback(prim, *args)
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
 def _real(rng, shape):
     return rng.normal(size=shape)
 
@@ -18,7 +31,7 @@ def _check(name, x, **kw):
     f = lambda x: getattr(wnp.fft, name)(x, **kw)  # noqa: E731
     np.testing.assert_allclose(wg.vjp(f, x)[0], getattr(np.fft, name)(x, **kw), atol=1e-12)
     np.testing.assert_allclose(f(x), getattr(np.fft, name)(x, **kw))
-    wg.check_grads(f, (x,), order=2)
+    wg.check_grads(f, (x,), order=2, modes=("fwd", "rev"))
 
 
 @pytest.mark.parametrize("n, norm", [(None, None), (4, "ortho"), (9, "forward")])
@@ -75,7 +88,7 @@ def test_numpy_dispatch_real_losses_and_errors():
     # np.fft on a traced value is wengert's; a real loss of a spectrum, e.g. a power spectrum
     power = lambda x: np.sum(np.abs(np.fft.rfft(x)) ** 2)  # noqa: E731
     # Parseval: sum |rfft|^2 weighs each frequency once, so d/dx is 2 * irfft-like weights; check by FD
-    wg.check_grads(power, (x,), order=2)
+    wg.check_grads(power, (x,), order=2, modes=("fwd", "rev"))
     g = wg.grad(lambda x: wnp.sum(wnp.abs(wnp.fft.fft(x)) ** 2))(x)
     np.testing.assert_allclose(g, 2 * len(x) * x)  # Parseval: |fft x|^2 = n |x|^2
     assert g.dtype == np.float64
@@ -84,3 +97,16 @@ def test_numpy_dispatch_real_losses_and_errors():
     # a round trip is the identity, so its gradient is the cotangent
     w = rng.normal(size=8)
     np.testing.assert_allclose(wg.grad(lambda x: wnp.sum(w * wnp.fft.irfft(wnp.fft.rfft(x), n=8)))(x), w)
+
+
+def test_jvp_is_the_transform_of_the_tangent():
+    rng = np.random.default_rng(6)
+    x, t = rng.normal(size=(3, 8)), rng.normal(size=(3, 8))
+    z, tz = _complex(rng, (3, 5)), _complex(rng, (3, 5))
+    np.testing.assert_allclose(wg.jvp(wnp.fft.fft, (x,), (t,))[1], np.fft.fft(t), atol=1e-12)
+    np.testing.assert_allclose(wg.jvp(lambda x: wnp.fft.rfft(x, n=6, norm="ortho"), (x,), (t,))[1],
+                               np.fft.rfft(t, n=6, norm="ortho"), atol=1e-12)
+    np.testing.assert_allclose(wg.jvp(lambda z: wnp.fft.irfft(z, n=8), (z,), (tz,))[1], np.fft.irfft(tz, n=8),
+                               atol=1e-12)
+    f = lambda x: wnp.fft.irfft2(wnp.fft.rfft2(x) * 2.0, s=x.shape)  # noqa: E731
+    np.testing.assert_allclose(wg.jacfwd(f)(x), wg.jacobian(f)(x), atol=1e-12)

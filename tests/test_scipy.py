@@ -256,11 +256,35 @@ from wengert.scipy import linalg as wsl  # noqa: E402
 from wengert.scipy import signal as wsig  # noqa: E402
 
 
+@pytest.fixture
+def own_convolve_jvp(monkeypatch):
+    """Forward mode must run the convolution's own (bilinear) JVP rule, not the transposed-VJP fallback."""
+    from wengert.transforms import forward
+    fallback = forward.transposed_jvp
+
+    def refuse(prim, *args):
+        if prim.name == "scipy.signal.convolve":
+            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
+        return fallback(prim, *args)
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
+def test_signal_jvp_is_the_product_rule_and_jacfwd_equals_jacobian(own_convolve_jvp):
+    rng = np.random.default_rng(11)
+    a, b, ta, tb = rng.normal(size=(4, 3)), rng.normal(size=(2, 2)), rng.normal(size=(4, 3)), rng.normal(size=(2, 2))
+    _, t = wg.jvp(lambda a, b: wsig.convolve(a, b, "same"), (a, b), (ta, tb))
+    np.testing.assert_allclose(t, sig.convolve(ta, b, "same") + sig.convolve(a, tb, "same"), atol=1e-12)
+    f = lambda a: wsig.correlate(a, b, "valid") ** 2  # noqa: E731
+    np.testing.assert_allclose(wg.jacfwd(f)(a), wg.jacobian(f)(a), atol=1e-12)
+    np.testing.assert_allclose(wg.hessian(lambda a: f(a).sum())(a), wg.jacobian(wg.grad(lambda a: f(a).sum()))(a),
+                               atol=1e-12)
+
+
 @pytest.mark.parametrize("shapes", [((7,), (3,)), ((3,), (7,)), ((5, 4), (2, 3)), ((3, 4, 2), (2, 2, 2)),
                                     ((4, 2), (2, 3))])
 @pytest.mark.parametrize("mode", ["full", "same", "valid"])
 @pytest.mark.parametrize("name", ["convolve", "correlate"])
-def test_signal_convolve_and_correlate(name, mode, shapes):
+def test_signal_convolve_and_correlate(name, mode, shapes, own_convolve_jvp):
     rng = np.random.default_rng(6)
     a, b = rng.normal(size=shapes[0]), rng.normal(size=shapes[1])
     f = getattr(wsig, name)
@@ -271,7 +295,7 @@ def test_signal_convolve_and_correlate(name, mode, shapes):
             wg.grad(lambda a: f(a, b, mode).sum())(a)
         return
     np.testing.assert_allclose(wg.vjp(lambda a, b: f(a, b, mode), a, b)[0], ref, atol=1e-12)
-    wg.check_grads(lambda a, b: f(a, b, mode), (a, b), order=2)
+    wg.check_grads(lambda a, b: f(a, b, mode), (a, b), order=2, modes=FWD_REV)
 
 
 @pytest.mark.parametrize("lower, trans, unit_diagonal", [(True, 0, False), (False, 1, False), (True, "T", True),
@@ -307,14 +331,14 @@ def test_cho_solve(lower, own_linalg_jvp_rules):
 
 @pytest.mark.parametrize("mode", ["full", "same", "valid"])
 @pytest.mark.parametrize("name", ["convolve", "correlate"])
-def test_signal_complex(name, mode):
+def test_signal_complex(name, mode, own_convolve_jvp):
     rng = np.random.default_rng(10)
     a = rng.normal(size=(3, 4)) + 1j * rng.normal(size=(3, 4))
     b = rng.normal(size=(2, 2)) + 1j * rng.normal(size=(2, 2))
     f = getattr(wsig, name)
     for x, y in ((a, b), (b, a)):
         np.testing.assert_allclose(wg.vjp(lambda x, y: f(x, y, mode), x, y)[0], getattr(sig, name)(x, y, mode))
-        wg.check_grads(lambda x, y: f(x, y, mode), (x, y), order=2)
+        wg.check_grads(lambda x, y: f(x, y, mode), (x, y), order=2, modes=FWD_REV)
 
 
 def test_expm_sqrtm_sylvester(own_linalg_jvp_rules):
