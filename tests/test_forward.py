@@ -16,8 +16,36 @@ import wengert.numpy as wnp
 from test_numpy_grads import CASE_IDS, CASES, SECOND_ORDER, draw
 
 
+TAPE_ONLY = {"setitem", "buffer_snapshot"}  # recorded only by in-place writes and Buffer on a tape;
+# a forward level writes functionally (scatter_set) instead
+
+
+def test_every_primitive_has_a_jvp_rule_next_to_its_vjp_rule():
+    import wengert.nn  # noqa: F401
+    import wengert.numpy.fft  # noqa: F401
+    import wengert.scipy.linalg  # noqa: F401
+    import wengert.scipy.signal  # noqa: F401
+    import wengert.scipy.special  # noqa: F401
+    import wengert.scipy.stats  # noqa: F401
+    from wengert.primitives._table import PRIMITIVES
+    missing = sorted(name for name, p in PRIMITIVES.items()
+                     if name not in TAPE_ONLY and p.jvp is None and p.fused_jvp is None and not p.linear)
+    assert not missing, f"primitives without a JVP rule: {missing}"
+    assert len(PRIMITIVES) > 150
+
+
+@pytest.fixture
+def rules_only(monkeypatch):
+    """Forward mode must run on the table's JVP rules: the transposed-VJP fallback fails the test."""
+    from wengert.transforms import forward
+
+    def refuse(prim, *args):
+        raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to transposing its VJP")
+    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+
+
 @pytest.mark.parametrize("name", CASE_IDS)
-def test_jvp_every_table_row_matches_finite_differences(name):
+def test_jvp_every_table_row_matches_finite_differences(name, rules_only):
     fn, specs = CASES[name]
     wg.check_grads(fn, draw(name, specs), modes=("fwd",))
 
@@ -230,6 +258,44 @@ def test_custom_vjp_forward_mode_transposes_bwd():
     wg.check_grads(f, (np.array([0.2, 0.9]), np.array([1.5, -0.4])), modes=("fwd", "rev"))
     wg.check_grads(lambda x: wg.grad(lambda x: wnp.sum(f(x, x)))(x), (np.array([0.2, 0.9]),),
                    modes=("fwd",))
+
+
+COMPLEX_Z = np.array([1 + 2j, -0.3 + 0.7j])
+COMPLEX_T = np.array([0.2 - 1j, 1.5 + 0.1j])
+SCALE = 0.5 - 2j
+
+
+def test_vjp_only_primitive_on_complex_values_gets_a_transposed_jvp():
+    """A primitive declared outside the table, with VJP rules only, holomorphic or not."""
+    from wengert.core.trace import Primitive
+    square = Primitive("test.square", lambda z: z * z, vjp=(lambda g, ans, z: g * 2 * z,))
+    scaled_conj = Primitive("test.scaled_conj", lambda z: SCALE * np.conj(z),
+                            vjp=(lambda g, ans, z: wnp.conj(g * SCALE),))
+    abs2 = Primitive("test.abs2", lambda z: (z * np.conj(z)).real,
+                     vjp=(lambda g, ans, z: 2 * wnp.real(g) * wnp.conj(z),))
+    z, t = COMPLEX_Z, COMPLEX_T
+    for prim, expected in [(square, 2 * z * t), (scaled_conj, SCALE * np.conj(t)),
+                           (abs2, 2 * (z * np.conj(t)).real)]:
+        _, tangent = wg.jvp(prim, (z,), (t,))
+        np.testing.assert_allclose(tangent, expected, err_msg=prim.name)
+        wg.check_grads(prim, (z,), modes=("fwd", "rev"))
+
+
+def test_custom_vjp_forward_mode_on_complex_values():
+    @wg.custom_vjp
+    def f(z):
+        return SCALE * wnp.conj(z) + z * z
+
+    f.defvjp(lambda z: (f(z), z), lambda z, g: (wnp.conj(g * SCALE) + g * 2 * z,))
+    _, tangent = wg.jvp(f, (COMPLEX_Z,), (COMPLEX_T,))
+    np.testing.assert_allclose(tangent, SCALE * np.conj(COMPLEX_T) + 2 * COMPLEX_Z * COMPLEX_T)
+    wg.check_grads(f, (COMPLEX_Z,), modes=("fwd", "rev"))
+
+
+def test_linearize_of_a_non_holomorphic_function():
+    z, t = COMPLEX_Z, COMPLEX_T
+    _, f_jvp = wg.linearize(lambda z: wnp.sin(z) * wnp.conj(z), z)
+    np.testing.assert_allclose(f_jvp(t), np.cos(z) * t * np.conj(z) + np.sin(z) * np.conj(t))
 
 
 def test_custom_vjp_with_a_numpy_bwd_has_no_silent_forward_mode():

@@ -94,7 +94,8 @@ def _custom_jvp_rule(tangents, ans, args, params):
                     "value: write bwd with wengert.numpy operations (not numpy), so that it can be "
                     "transposed.")
             total = total + wnp.sum(leaf * t)
-        return total
+        # Re<bwd(g), t> = Re<g, J t>, whose gradient in g is J t (docs/complex.md)
+        return wnp.real(total) if np.iscomplexobj(unbox(total)) else total
 
     t_float = grad(pairing)(seeds) if floats else []
     out = [None] * len(ans)

@@ -317,7 +317,8 @@ def _pairing_grad(pairing, seeds):
         if type(total) is not Tracer:  # nothing depends on the cotangent
             for c in cts:
                 total = total + 0.0 * wnp.sum(c)
-        return total
+        # Re<vjp(g), t> = Re<g, J t>, and the gradient of Re<g, w> in g is w (docs/complex.md)
+        return wnp.real(total) if np.iscomplexobj(unbox(total)) else total
 
     return value_and_grad(scalar)(list(seeds))[1]
 
