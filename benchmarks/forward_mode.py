@@ -1,7 +1,7 @@
 """Forward mode's cost: jvp against the forward pass, hvp against grad, and the two ways to a
 Jacobian or a Hessian, measured side by side (interleaved) in one run.
 
-    python benchmarks/forward_mode.py [--repeat 15] [--clock cpu|wall]
+    python benchmarks/forward_mode.py [--repeat 15] [--clock wall|cpu]
 
 Rows (medians in microseconds):
   * jvp / f: one JVP (a rule per operation) against the plain forward pass, and against
@@ -112,7 +112,7 @@ def rows(repeat, clock):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="wall")
     args = parser.parse_args()
     print(f"medians of {args.repeat} interleaved runs, {args.clock} clock, microseconds\n")
     print("| ratio | workload | baseline | forward mode | ratio | the other way | forward mode / other way |")

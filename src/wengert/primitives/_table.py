@@ -14,18 +14,29 @@ PRIMITIVES = {}
 BATCHING = [None]  # set by vmap (transforms/batching.py) while it runs: nondiff's hook for batched values
 
 
-def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=False):
+def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=False, batch=None):
     """Declare a primitive. ``vjp`` and ``jvp`` are one rule (unary) or a tuple of rules, one per
     argument. ``linear=True`` says the primitive is linear in its array arguments, so its JVP is
-    the primitive itself applied to the tangents (reshape, sum, getitem, ...)."""
+    the primitive itself applied to the tangents (reshape, sum, getitem, ...). ``batch`` is its
+    vmap rule, ``batch(prim, vals, batched, params, size)`` with the batch on axis 0 of the values
+    flagged in ``batched`` (``batch_elementwise`` for elementwise functions)."""
     if vjp is not None and not isinstance(vjp, tuple):
         vjp = (vjp,)
     if jvp is not None and not isinstance(jvp, tuple):
         jvp = (jvp,)
-    prim = Primitive(name or impl.__name__, impl, vjp=vjp, jvp=jvp, linear=linear,
+    prim = Primitive(name or impl.__name__, impl, vjp=vjp, jvp=jvp, linear=linear, batch=batch,
                      multiple_results=multiple_results)
     PRIMITIVES[prim.name] = prim
     return prim
+
+
+def batch_elementwise(prim, vals, batched, params, size):
+    """vmap rule of an elementwise function: the batch axis leads, so ranks are aligned (a batched
+    operand of lower rank gets ones after its batch axis) and NumPy broadcasting does the rest."""
+    if len(vals) == 1:
+        return prim(vals[0], **params)
+    from ..transforms.batching import elementwise_rule
+    return elementwise_rule(prim, vals, batched, params, size)
 
 
 def defunary(impl, rule, name=None):
@@ -34,8 +45,9 @@ def defunary(impl, rule, name=None):
     Its Jacobian is diagonal, so ``J^T g`` and ``J t`` are the same product: the one rule serves
     as VJP and JVP. (Also for complex ``x`` when ``f`` is holomorphic, under JAX's convention:
     docs/complex.md. Non-holomorphic functions such as ``abs`` declare the two rules apart.)
+    Being elementwise, it is batched by ``batch_elementwise``.
     """
-    return defprim(impl, rule, name=name, jvp=rule)
+    return defprim(impl, rule, name=name, jvp=rule, batch=batch_elementwise)
 
 
 def unbox_all(x):

@@ -594,8 +594,8 @@ class FusedBatchTrace(BatchTrace):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
                             f"differentiates batched values ({prim.name})")
         rule = FUSED_RULES.get(prim)
-        if rule is None or prim.batch is not None:
-            raise _Unfuse(prim.name)
+        if rule is None:
+            rule = _fused_rule_of(prim)
         n = len(vals)
         if n == 1:   # the operand is this level's own (bind unwrapped it)
             out = rule(prim, vals, _ONE, params, self.nb)
@@ -1307,5 +1307,16 @@ def _index_axis(x, axis, i):
     return x[index]
 
 
+def _fused_rule_of(prim):
+    """The fused rule of a primitive met for the first time at a fused level (declared after this
+    module was imported, e.g. scipy.special's, with ``batch=batch_elementwise``), or _Unfuse."""
+    if prim.batch is _table.batch_elementwise:
+        FUSED_RULES[prim] = f_elementwise_rule
+        return f_elementwise_rule
+    raise _Unfuse(prim.name)
+
+
 _register()
-FUSED_RULES.update({p: _FUSED_OF[r] for p, r in RULES.items() if r in _FUSED_OF})
+# a primitive's own batch rule replaces RULES' entry, so the fused rule follows the batch rule
+FUSED_RULES.update({p: _FUSED_OF[r] for p, r in RULES.items() if r in _FUSED_OF
+                    and (p.batch is None or p.batch is _table.batch_elementwise)})

@@ -168,11 +168,15 @@ def _dtype(x):
     return plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
 
 
+_PLAIN = frozenset((np.ndarray, np.float64, np.float32, np.float16, np.complex128, np.complex64))
+
+
 def _fit(t, ans):
     """A rule's tangent as the output's: its shape (broadcast) and dtype; None for integer outputs."""
     if t is None:
         return None
-    if type(t) is np.ndarray and type(ans) is np.ndarray and t.shape == ans.shape and t.dtype == ans.dtype:
+    kind = type(t)
+    if kind is type(ans) and kind in _PLAIN and t.shape == ans.shape and t.dtype == ans.dtype:
         return t if ans.dtype.kind in "fc" else None
     dtype = _dtype(ans)
     if not np.issubdtype(dtype, np.inexact):
