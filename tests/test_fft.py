@@ -110,3 +110,77 @@ def test_jvp_is_the_transform_of_the_tangent():
                                atol=1e-12)
     f = lambda x: wnp.fft.irfft2(wnp.fft.rfft2(x) * 2.0, s=x.shape)  # noqa: E731
     np.testing.assert_allclose(wg.jacfwd(f)(x), wg.jacobian(f)(x), atol=1e-12)
+
+
+# --- vmap ------------------------------------------------------------------------------------------
+class _NoWarnings:
+    """Asserts that the block emits no warning (vmap warns when it loops over the examples)."""
+
+    def __enter__(self):
+        import warnings
+        self._catcher = warnings.catch_warnings(record=True)
+        self._caught = self._catcher.__enter__()
+        warnings.simplefilter("always")
+
+    def __exit__(self, *exc):
+        self._catcher.__exit__(*exc)
+        assert not [str(w.message) for w in self._caught]
+
+
+_VMAP_CASES = [("fft", {}), ("ifft", {"n": 7, "axis": 0, "norm": "ortho"}), ("rfft", {"n": 6, "norm": "forward"}),
+               ("irfft", {"n": 8, "axis": 0}), ("fftn", {"s": (4, 3), "axes": (1, 0)}), ("ifft2", {}),
+               ("rfftn", {"axes": (0, 1)}), ("irfftn", {"s": (3, 6), "axes": (0, 1), "norm": "ortho"}), ("fftshift", {"axes": 1})]
+
+
+def _example_input(rng, name, shape):
+    return _real(rng, shape) if name.startswith("rfft") else _complex(rng, shape)
+
+
+@pytest.mark.parametrize("name, kw", _VMAP_CASES)
+def test_vmap_equals_a_loop_without_warnings(name, kw):
+    """The batch on axis 1 of x, a weight shared by all examples: one batched transform, no loop."""
+    rng = np.random.default_rng(7)
+    xs = _example_input(rng, name, (3, 4, 5))  # examples xs[:, i] of shape (3, 5)
+    w = rng.normal(size=5)
+    f = lambda x, w: getattr(wnp.fft, name)(x * w, **kw)  # noqa: E731
+    expected = np.stack([getattr(np.fft, name)(xs[:, i] * w, **kw) for i in range(4)])
+    with _NoWarnings():
+        got = wg.vmap(f, in_axes=(1, None))(xs, w)
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, kw", _VMAP_CASES)
+def test_vmap_gradients_match_finite_differences(name, kw):
+    rng = np.random.default_rng(8)
+    xs = _example_input(rng, name, (3, 2, 4))
+    w = rng.normal(size=4)
+
+    def loss(xs, w):
+        spectra = wg.vmap(lambda x: getattr(wnp.fft, name)(x * w, **kw), in_axes=1)(xs)
+        return wnp.sum(wnp.abs(spectra) ** 2)
+    with _NoWarnings():
+        wg.check_grads(loss, (xs, w), modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("f", [lambda x: wnp.abs(wnp.fft.fft(x, n=6)) ** 2,
+                               lambda x: wnp.fft.irfft(wnp.fft.rfft(x, axis=0) * (1 + 2j), n=5, axis=0),
+                               lambda x: wnp.real(wnp.fft.ifft2(wnp.fft.fftn(x, s=(4, 4)) ** 2))],
+                         ids=["fft-power", "rfft-irfft", "fftn-ifft2"])
+def test_jacfwd_batches_the_tangents_without_warnings(f):
+    x = np.random.default_rng(9).normal(size=(3, 4))
+    with _NoWarnings():
+        forward = wg.jacfwd(f)(x)
+    np.testing.assert_allclose(forward, wg.jacobian(f)(x), atol=1e-10)
+
+
+def test_nested_vmap_equals_a_double_loop():
+    rng = np.random.default_rng(10)
+    zs = _complex(rng, (2, 3, 6))
+    xs = _real(rng, (5, 2, 4))
+    with _NoWarnings():
+        got_c2c = wg.vmap(wg.vmap(lambda z: wnp.fft.ifft(z, n=4, norm="ortho")))(zs)
+        got_r2c = wg.vmap(wg.vmap(lambda x: wnp.fft.rfft(x, n=6)), in_axes=2)(xs)
+    np.testing.assert_allclose(got_c2c, np.stack([np.stack([np.fft.ifft(z, n=4, norm="ortho") for z in row])
+                                                  for row in zs]), atol=1e-12)
+    np.testing.assert_allclose(got_r2c, np.stack([np.stack([np.fft.rfft(xs[j, :, i], n=6) for j in range(5)])
+                                                  for i in range(4)]), atol=1e-12)

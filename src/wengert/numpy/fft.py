@@ -5,7 +5,8 @@ Three primitives carry everything: ``c2c`` (``fftn``/``ifftn`` over some axes), 
 Cotangents follow JAX's convention (docs/complex.md): a complex-to-complex FFT is a symmetric
 linear map, so its rule is the same transform (with zero padding and truncation transposed);
 ``rfft``'s is the full FFT of the zero-extended cotangent, real part; ``irfft``'s weighs the
-conjugate of an ``rfft`` by 1 (the zero and Nyquist frequencies) or 2 (the others).
+conjugate of an ``rfft`` by 1 (the zero and Nyquist frequencies) or 2 (the others). Under vmap
+each primitive is itself on the stack, with its axes shifted past the batch axis.
 """
 from numpy.fft import *  # noqa: F401,F403 - fftfreq, rfftfreq and anything without a rule here
 
@@ -60,7 +61,19 @@ def _c2c_vjp(g, ans, x, s, axes, norm, inverse):
     return _resize_like(_c2c(g, s=s, axes=axes, norm=norm, inverse=inverse), axes, x.shape)
 
 
-_c2c = _defprim(_c2c_impl, _c2c_vjp, name="fft.c2c", linear=True)  # linear: the JVP is the FFT of the tangent
+def _batch_axes(prim, vals, batched, params, size):
+    """vmap: NumPy's FFTs take stacks, so the batched call is the same transform on the axes
+    shifted past the batch axis (a primitive call, which an outer grad or jvp records)."""
+    from ..transforms.batching import _axis, _ndim
+    (x,) = vals
+    p = dict(params)
+    key = "axes" if "axes" in p else "axis"
+    p[key] = _axis(p[key], _ndim(x) - 1)
+    return prim(x, **p)
+
+
+_c2c = _defprim(_c2c_impl, _c2c_vjp, name="fft.c2c", linear=True,  # linear: the JVP is the FFT of the tangent
+                batch=_batch_axes)
 
 
 def _rfft_impl(x, n, axis, norm):
@@ -72,7 +85,7 @@ def _rfft_vjp(g, ans, x, n, axis, norm):
     return _resize(_X.real(full), axis, x.shape[axis])
 
 
-_rfft = _defprim(_rfft_impl, _rfft_vjp, name="fft.rfft", linear=True)
+_rfft = _defprim(_rfft_impl, _rfft_vjp, name="fft.rfft", linear=True, batch=_batch_axes)
 
 
 def _irfft_impl(x, n, axis, norm):
@@ -91,7 +104,8 @@ def _irfft_vjp(g, ans, x, n, axis, norm):
     return _resize(c, axis, x.shape[axis])
 
 
-_irfft = _defprim(_irfft_impl, _irfft_vjp, name="fft.irfft", linear=True)  # real-linear in complex input
+_irfft = _defprim(_irfft_impl, _irfft_vjp, name="fft.irfft", linear=True,  # real-linear in complex input
+                  batch=_batch_axes)
 
 
 # --- NumPy's functions ---------------------------------------------------------------------------
