@@ -469,3 +469,92 @@ def test_complex_svd_rules_refuse_rather_than_guess():
     wg.check_grads(lambda a: la.lstsq(a, b)[3], (a,), order=1)  # first order needs no SVD rule
     with pytest.raises(NotImplementedError, match="complex"):
         wg.hessian(lambda a: wnp.sum(la.lstsq(a, b)[3] ** 2))(a)
+
+
+# --- vmap: batching rules (no per-example loop) ----------------------------------------------------------
+import warnings  # noqa: E402
+
+import wengert.scipy.linalg as wsl  # noqa: E402
+
+B = 3  # batch size
+
+
+def _no_loop_vmap(f, *args, in_axes=0):
+    """vmap(f)(*args), failing on any warning (a primitive without a batching rule loops with one)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = wg.vmap(f, in_axes=in_axes)(*args)
+    assert not caught, [str(w.message) for w in caught]
+    return out
+
+
+def _assert_trees_close(ours, theirs, rtol=1e-10, atol=1e-12):
+    ours, theirs = wg.tree.flatten(ours)[0], wg.tree.flatten(theirs)[0]
+    assert len(ours) == len(theirs)
+    for o, t in zip(ours, theirs):
+        assert np.shape(o) == np.shape(t)
+        np.testing.assert_allclose(o, t, rtol=rtol, atol=atol)
+
+
+def _loop(f, *args):
+    outs = [f(*[a[i] for a in args]) for i in range(len(args[0]))]
+    return wg.tree.unflatten(wg.tree.flatten(outs[0])[1],
+                             [np.stack(leaves) for leaves in zip(*[wg.tree.flatten(o)[0] for o in outs])])
+
+
+def _square(x):
+    """Sign-invariant stand-in for eigen/singular vectors and Q (each column is defined up to sign)."""
+    return x * x
+
+
+# (name, per-example function, batched arguments): the batch on axis 0 of every argument.
+VMAP = [
+    ("inv", la.inv, (general(B, 3, 3),)),
+    ("inv_stacked_examples", la.inv, (general(B, 2, 3, 3),)),
+    ("det", la.det, (general(B, 3, 3),)),
+    ("slogdet", lambda a: tuple(la.slogdet(a)), (general(B, 3, 3) - 4 * np.eye(3),)),
+    ("cholesky", la.cholesky, (lower_read(B, 3, 3),)),
+    ("cholesky_upper", lambda a: la.cholesky(a, upper=True), (spd(B, 3, 3) + np.tril(randn(B, 3, 3), -1),)),
+    ("eigh", lambda a: (lambda w, v: (w, _square(v)))(*la.eigh(a)), (lower_read(B, 3, 3),)),
+    ("eigh_upper", lambda a: la.eigh(a, UPLO="U")[0], (spd(B, 3, 3) + np.tril(randn(B, 3, 3), -1),)),
+    ("eigvalsh", la.eigvalsh, (lower_read(B, 4, 4),)),
+    ("svd", lambda a: (lambda u, s, vt: (_square(u), s, _square(vt)))(*la.svd(a)), (randn(B, 3, 3),)),
+    ("svd_reduced_tall", lambda a: reconstruct(la.svd(a, full_matrices=False)) + la.svd(a)[1][0],
+     (randn(B, 4, 2),)),
+    ("svd_full_wide", lambda a: (lambda u, s, vt: (_square(u), s, _square(vt[:2])))(*la.svd(a)), (randn(B, 2, 4),)),
+    ("svd_hermitian", lambda a: reconstruct(la.svd(a, hermitian=True)), (spd(B, 3, 3),)),
+    ("svdvals", lambda a: la.svd(a, compute_uv=False), (randn(B, 3, 4),)),
+    ("qr", lambda a: (lambda q, r: (_square(q), _square(r)))(*la.qr(a)), (randn(B, 4, 3),)),
+    ("qr_wide", lambda a: (lambda q, r: q @ r + _square(r)[0, 0])(*la.qr(a)), (randn(B, 2, 3),)),
+    ("qr_complete", lambda a: _square(la.qr(a, mode="complete")[1]), (randn(B, 4, 2),)),
+    ("pinv", la.pinv, (randn(B, 4, 3),)),
+    ("pinv_hermitian", lambda a: la.pinv(a, hermitian=True), (lower_read(B, 3, 3),)),
+    ("pinv_rcond", lambda a: la.pinv(a, rcond=1e-3), (randn(B, 3, 4),)),
+    ("lstsq_vector", lambda a, b: tuple(la.lstsq(a, b)), (randn(B, 5, 3), randn(B, 5))),
+    ("lstsq_matrix", lambda a, b: tuple(la.lstsq(a, b)), (randn(B, 5, 3), randn(B, 5, 2))),
+    ("lstsq_wide", lambda a, b: la.lstsq(a, b)[:2], (randn(B, 3, 5), randn(B, 3))),
+    ("lstsq_rank_deficient", lambda a, b: la.lstsq(a, b, rcond=1e-10)[:3],
+     (np.repeat(randn(B, 5, 1), 2, axis=-1), randn(B, 5))),
+    ("norm", la.norm, (randn(B, 3, 4),)),
+    ("norm_3d_keepdims", lambda a: la.norm(a, keepdims=True), (randn(B, 2, 3, 4),)),
+    ("norm_vector_2", lambda a: la.norm(a, 2), (randn(B, 4),)),
+    ("norm_fro", lambda a: la.norm(a, "fro", keepdims=True), (randn(B, 3, 4),)),
+    ("norm_3_axis", lambda a: la.norm(a, 3, axis=-1), (randn(B, 3, 4),)),
+    ("norm_matrix_axes", lambda a: la.norm(a, axis=(2, 0), keepdims=True), (randn(B, 4, 2, 3),)),
+    ("sqrtm", wsl.sqrtm, (spd(B, 3, 3),)),
+    ("solve_sylvester", wsl.solve_sylvester, (general(B, 3, 3), general(B, 2, 2), randn(B, 3, 2))),
+]
+if NUMPY2:
+    VMAP.append(("linalg_svdvals", la.svdvals, (randn(B, 4, 3),)))
+
+
+@pytest.mark.parametrize("name, f, args", VMAP, ids=[c[0] for c in VMAP])
+def test_vmap_equals_loop_without_warning(name, f, args):
+    _assert_trees_close(_no_loop_vmap(f, *args), _loop(f, *args))
+
+
+def test_vmap_covers_every_linalg_primitive():
+    """Every linalg primitive has a batching rule of its own (none is looped over examples)."""
+    from wengert.primitives._table import PRIMITIVES
+    for name in LINALG_PRIMITIVES | {"scipy.linalg.sqrtm", "scipy.linalg.solve_sylvester"}:
+        assert PRIMITIVES[name].batch is not None, name

@@ -21,6 +21,7 @@ from ..core.trace import unbox as _unbox
 from ..primitives import linalg as _L
 from . import _functions as _F
 from ..primitives._table import nondiff as _nondiff
+from ..primitives._table import unbox_all as _unbox_all
 from ._functions import traceable as _traceable
 
 _NO_VALUE = _np._NoValue
@@ -180,11 +181,10 @@ def _hermitian_svd(a, compute_uv):
         s = _F.sort(_F.abs(eigvalsh(a)), axis=-1)
         return s[..., ::-1]
     w, v = eigh(a)
-    sign = _np.copysign(1.0, _unbox(w))
-    order = _np.argsort(_np.abs(_unbox(w)), axis=-1)[..., ::-1]
-    sign = _np.take_along_axis(sign, order, axis=-1)
+    order = _np.argsort(_F.abs(w), axis=-1)[..., ::-1]  # traced: batched under vmap
+    sign = _F.take_along_axis(_F.where(_np.signbit(w), -1.0, 1.0), order, axis=-1)
     s = _F.take_along_axis(_F.abs(w), order, axis=-1)
-    u = _F.take_along_axis(v, _np.broadcast_to(order[..., None, :], v.shape), axis=-1)
+    u = _F.take_along_axis(v, order[..., None, :], axis=-1)
     return _wrap(_SVD, (u, s, _F.swapaxes(u * sign[..., None, :], -1, -2)))
 
 
@@ -229,7 +229,7 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
 def lstsq(a, b, rcond=None):
     """The derivative exists where the rank of ``a`` is locally constant (e.g. full rank)."""
     x, residuals, rank, s = _L.lstsq(_operand(a), _operand(b), rcond=rcond)
-    return x, residuals, _unbox(rank), s
+    return x, residuals, _unbox_all(rank), s  # under vmap, the rank keeps its batch axis
 
 
 # --- norms and condition numbers ------------------------------------------------------------------

@@ -38,7 +38,7 @@ from .contractions import matmul
 from .complex import conj, imag, real
 from .elementwise import absolute, power, where
 from .reductions import _expand_to, prod, sum_
-from .shape import concatenate, getitem, reshape, transpose
+from .shape import broadcast_to, concatenate, getitem, reshape, transpose
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -139,13 +139,20 @@ def _check_unused(g, index, what):
             "of the complement. Use only the first min(M, N), or the reduced factorization.")
 
 
+def stacked_batch(prim, vals, batched, params, size):
+    """vmap rule (a batch on axis 0) of a one-matrix primitive whose impl and rules take stacks
+    (``...xMxN``): the batch axis is one more stack axis, so the primitive runs once on all of it."""
+    return prim(*vals, **params)
+
+
 # --- inverse, solve, determinants ------------------------------------------------------------------
 def _inv_vjp(g, ans, x):
     ans_t = _mT(ans)
     return -matmul(ans_t, matmul(g, ans_t))
 
 
-inv = defprim(np.linalg.inv, _inv_vjp, name="inv", jvp=lambda t, ans, x: -matmul(ans, matmul(t, ans)))
+inv = defprim(np.linalg.inv, _inv_vjp, name="inv", jvp=lambda t, ans, x: -matmul(ans, matmul(t, ans)),
+              batch=stacked_batch)
 
 
 def _solve(a, b):
@@ -233,7 +240,7 @@ def _det_jvp(t, ans, x):
     return ans * sum_(_mT(x_inv) * t, axis=(-2, -1))
 
 
-det = defprim(np.linalg.det, _det_vjp, name="det", jvp=_det_jvp)
+det = defprim(np.linalg.det, _det_vjp, name="det", jvp=_det_jvp, batch=stacked_batch)
 
 
 def _slogdet_vjp(g, ans, x):
@@ -259,6 +266,7 @@ def _slogdet_jvp(tangents, ans, args, params):
 
 slogdet = defprim(np.linalg.slogdet, _slogdet_vjp, name="slogdet", multiple_results=True)
 slogdet.fused_jvp = _slogdet_jvp
+slogdet.batch = stacked_batch
 
 
 # --- Cholesky --------------------------------------------------------------------------------------
@@ -287,7 +295,7 @@ def _cholesky_jvp(t, ans, x, upper=False):
     return _mT(d_low) if upper else d_low
 
 
-cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky", jvp=_cholesky_jvp)
+cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky", jvp=_cholesky_jvp, batch=stacked_batch)
 
 
 # --- symmetric eigenproblem ------------------------------------------------------------------------
@@ -313,6 +321,7 @@ def _eigh_jvp(tangents, ans, args, params):
 
 eigh = defprim(_eigh, _eigh_vjp, name="eigh", multiple_results=True)
 eigh.fused_jvp = _eigh_jvp
+eigh.batch = stacked_batch
 
 
 def _eigvalsh(x, UPLO="L"):  # noqa: N803
@@ -331,7 +340,7 @@ def _eigvalsh_jvp(t, ans, x, UPLO="L"):  # noqa: N803
     return sum_(v * matmul(_symmetric_from(t, lower=UPLO.upper() == "L"), v), axis=-2)
 
 
-eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh", jvp=_eigvalsh_jvp)
+eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh", jvp=_eigvalsh_jvp, batch=stacked_batch)
 
 
 # --- singular value decomposition ------------------------------------------------------------------
@@ -406,6 +415,7 @@ def _svd_jvp(tangents, ans, args, params):
 
 svd = defprim(_svd, _svd_vjp, name="svd", multiple_results=True)
 svd.fused_jvp = _svd_jvp
+svd.batch = stacked_batch
 
 
 def _svdvals(x):
@@ -429,7 +439,7 @@ def _svdvals_jvp(t, ans, x):
     return sum_(u * matmul(t, _mT(vt)), axis=-2)
 
 
-svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals", jvp=_svdvals_jvp)
+svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals", jvp=_svdvals_jvp, batch=stacked_batch)
 
 
 # --- QR --------------------------------------------------------------------------------------------
@@ -492,6 +502,7 @@ def _qr_jvp(tangents, ans, args, params):
 
 qr = defprim(_qr, _qr_vjp, name="qr", multiple_results=True)
 qr.fused_jvp = _qr_jvp
+qr.batch = stacked_batch
 
 
 # --- pseudo-inverse --------------------------------------------------------------------------------
@@ -521,7 +532,7 @@ def _pinv_jvp(t, ans, x, hermitian=False, **options):
             + matmul(th - matmul(matmul(p, a), th), matmul(ph, p)))
 
 
-pinv = defprim(_pinv, _pinv_vjp, name="pinv", jvp=_pinv_jvp)
+pinv = defprim(_pinv, _pinv_vjp, name="pinv", jvp=_pinv_jvp, batch=stacked_batch)
 
 
 def _lstsq(a, b, rcond=None):
@@ -530,8 +541,7 @@ def _lstsq(a, b, rcond=None):
 
 def _lstsq_pinv(a, rcond):
     """pinv(a) with lstsq's cut-off: singular values up to rcond * max(s) count as zero."""
-    eps = np.finfo(unbox(a).dtype).eps
-    return pinv(a, rcond=max(_shape(a)) * eps if rcond is None else (rcond if rcond >= 0 else eps))
+    return pinv(a, rcond=_lstsq_cutoff(a, rcond))
 
 
 def _conj_if(r):
@@ -597,8 +607,68 @@ def _lstsq_jvp(tangents, ans, args, params):
     return dx, d_res, None, ds
 
 
+def _lstsq_columns(a, b, rcond, size):
+    """vmap of lstsq over right-hand sides against one matrix (jacfwd's tangents): the batch becomes
+    more columns of one lstsq call, whose x, residuals and rank are per column; a's rank and s are shared."""
+    shape = tuple(_shape(b))  # (batch, M) or (batch, M, K)
+    columns = shape[2] if len(shape) == 3 else 1
+    if len(shape) == 2:
+        x, res, rank, s = lstsq(a, transpose(b, axes=(1, 0)), rcond=rcond)
+        x = transpose(x, axes=(1, 0))
+    else:
+        flat = reshape(transpose(b, axes=(1, 0, 2)), shape=(shape[1], size * columns))
+        x, res, rank, s = lstsq(a, flat, rcond=rcond)
+        x = transpose(reshape(x, shape=(_shape(x)[0], size, columns)), axes=(1, 0, 2))
+    res = reshape(res, shape=(size, columns if _shape(res)[0] else 0))
+    s = broadcast_to(s, shape=(size,) + tuple(_shape(s)))
+    return x, res, np.full(size, unbox(rank)), s
+
+
+def _lstsq_cutoff(a, rcond):
+    """lstsq's rcond: singular values up to it times the largest count as zero (LAPACK's gelsd)."""
+    eps = np.finfo(unbox(a).dtype).eps
+    return max(_shape(a)[-2:]) * eps if rcond is None else (rcond if rcond >= 0 else eps)
+
+
+def _lstsq_stacked(a, b, b_batched, rcond, size):
+    """vmap of lstsq over matrices (NumPy's lstsq takes no stacks): x = pinv(a) b with lstsq's
+    cut-off, whose rules are the ones lstsq's own rules use; residuals |b - a x|^2 where every
+    example has full column rank and M > N. None where the examples disagree on that (the residuals'
+    shapes would differ)."""
+    m, n = _shape(a)[-2:]
+    s = svdvals(a)
+    plain_s = unbox(s)
+    rank = np.sum(plain_s > _lstsq_cutoff(a, rcond) * np.max(plain_s, axis=-1, keepdims=True), axis=-1)
+    full = (rank == n) & (m > n)
+    if np.any(full) and not np.all(full):
+        return None
+    vector = len(_shape(b)) - b_batched == 1
+    if vector:
+        b = _col(b)
+    x = matmul(_lstsq_pinv(a, rcond), b)
+    if np.all(full):
+        fit = b - matmul(a, x)
+        res = sum_(real(fit * conj(fit)) if _is_complex(fit) else fit * fit, axis=-2)
+    else:
+        res = np.zeros((size, 0), np.real(np.empty(0, unbox(x).dtype)).dtype)
+    if vector:
+        x = reshape(x, shape=_shape(x)[:-1])
+    return x, res, rank.astype(np.int32), s
+
+
+def _lstsq_batch(prim, vals, batched, params, size):
+    """vmap of lstsq (a batch on axis 0); see _lstsq_columns and _lstsq_stacked."""
+    a, b = vals
+    rcond = params.get("rcond")
+    if not batched[0]:
+        return _lstsq_columns(a, b, rcond, size)
+    out = _lstsq_stacked(a, b, batched[1], rcond, size)
+    return NotImplemented if out is None else out
+
+
 lstsq = defprim(_lstsq, (_lstsq_vjp_a, _lstsq_vjp_b), name="lstsq", multiple_results=True)
 lstsq.fused_jvp = _lstsq_jvp
+lstsq.batch = _lstsq_batch
 
 
 # --- smooth norms ----------------------------------------------------------------------------------
@@ -626,4 +696,20 @@ def _pnorm_jvp(t, ans, x, ord=None, axis=None, keepdims=False):  # noqa: A002
     return sum_(weights * t, axis=axis, keepdims=keepdims)
 
 
-pnorm = defprim(_pnorm, _pnorm_vjp, name="pnorm", jvp=_pnorm_jvp)
+def _pnorm_batch(prim, vals, batched, params, size):
+    """vmap of pnorm (a batch on axis 0): its axes shifted past the batch. axis=None reads a 1-D or
+    2-D example as its vector or matrix norm and flattens a larger one (ord None), as NumPy does."""
+    (x,) = vals
+    shape = tuple(_shape(x))
+    nd = len(shape) - 1
+    axis, keepdims = params.get("axis"), params.get("keepdims", False)
+    if axis is None and nd > 2:
+        out = prim(reshape(x, shape=(size, -1)), ord=params.get("ord"), axis=1, keepdims=keepdims)
+        return reshape(out, shape=(size,) + (1,) * nd) if keepdims else out
+    if axis is None:
+        axis = tuple(range(nd))
+    axis = tuple(a % nd + 1 for a in axis) if isinstance(axis, (tuple, list)) else axis % nd + 1
+    return prim(x, ord=params.get("ord"), axis=axis, keepdims=keepdims)
+
+
+pnorm = defprim(_pnorm, _pnorm_vjp, name="pnorm", jvp=_pnorm_jvp, batch=_pnorm_batch)

@@ -13,7 +13,8 @@ import scipy.linalg as _sl
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
 from ..numpy import linalg as _la
-from ..primitives._table import defprim
+from ..primitives import linalg as _la_prims
+from ..primitives._table import defprim, unbroadcast
 
 __all__ = ["solve_triangular", "cho_solve", "cho_factor", "cholesky", "expm", "sqrtm", "solve_sylvester"]
 
@@ -127,8 +128,37 @@ expm = defprim(_sl.expm, lambda g, ans, a: _frechet(_t(a), g), name="scipy.linal
 expm.batch = lambda prim, vals, batched, params, size: prim(*vals)  # SciPy's expm takes stacks
 
 
+def _over_stack(fn, *mats):
+    """``fn`` of 2-D matrices applied across broadcast stacks (``...xMxN``), for SciPy versions whose
+    functions take one matrix only."""
+    lead = np.broadcast_shapes(*(np.shape(m)[:-2] for m in mats))
+    if not lead:
+        return fn(*mats)
+    mats = [np.broadcast_to(m, lead + np.shape(m)[-2:]) for m in mats]
+    outs = [fn(*(m[i] for m in mats)) for i in np.ndindex(lead)]
+    return np.stack(outs).reshape(lead + outs[0].shape)
+
+
+def _sylvester_shared(a, b, q):
+    """Bartels-Stewart for a stack of right-hand sides against one (a, b), as SciPy's
+    solve_sylvester but with the two Schur decompositions done once (jacfwd's tangents)."""
+    r, u = _sl.schur(a, output="real")
+    s, v = _sl.schur(b.conj().T, output="real")
+    f = u.conj().T @ q @ v
+    trsyl, = _sl.get_lapack_funcs(("trsyl",), (r, s, f))
+    ys = []
+    for rhs in f.reshape((-1,) + f.shape[-2:]):
+        y, scale, info = trsyl(r, s, rhs, tranb="C")
+        if info < 0:
+            raise np.linalg.LinAlgError(f"Illegal value encountered in the {-info} term")
+        ys.append(scale * y)
+    return u @ np.stack(ys).reshape(f.shape) @ v.conj().T
+
+
 def _sylvester_impl(a, b, q):
-    return _sl.solve_sylvester(a, b, q)
+    if np.ndim(a) == 2 and np.ndim(b) == 2 and np.ndim(q) > 2 and np.size(q):
+        return _sylvester_shared(np.asarray(a), np.asarray(b), np.asarray(q))
+    return _over_stack(_sl.solve_sylvester, a, b, q)
 
 
 def _syl_adjoint(g, a, b):
@@ -136,9 +166,9 @@ def _syl_adjoint(g, a, b):
 
 
 _sylvester = defprim(_sylvester_impl, (
-    lambda g, ans, a, b, q: -(_syl_adjoint(g, a, b) @ _t(ans)),
-    lambda g, ans, a, b, q: -(_t(ans) @ _syl_adjoint(g, a, b)),
-    lambda g, ans, a, b, q: _syl_adjoint(g, a, b)), name="scipy.linalg.solve_sylvester")
+    lambda g, ans, a, b, q: unbroadcast(-(_syl_adjoint(g, a, b) @ _t(ans)), a),
+    lambda g, ans, a, b, q: unbroadcast(-(_t(ans) @ _syl_adjoint(g, a, b)), b),
+    lambda g, ans, a, b, q: unbroadcast(_syl_adjoint(g, a, b), q)), name="scipy.linalg.solve_sylvester")
 
 
 def _sylvester_jvp(tangents, ans, args, params):
@@ -152,7 +182,16 @@ def _sylvester_jvp(tangents, ans, args, params):
     return _sylvester(args[0], args[1], rhs)
 
 
+def _sylvester_batch(prim, vals, batched, params, size):
+    """vmap of solve_sylvester (a batch on axis 0): the impl takes broadcast stacks, so batched
+    operands get ones after the batch axis up to a common rank; right-hand sides batched against one
+    (a, b) share its Schur decompositions."""
+    rank = max(len(_la_prims._shape(v)) - b for v, b in zip(vals, batched))
+    return prim(*(_la_prims._pad_batched(v, rank) if b else v for v, b in zip(vals, batched)))
+
+
 _sylvester.fused_jvp = _sylvester_jvp
+_sylvester.batch = _sylvester_batch
 
 
 def solve_sylvester(a, b, q):
@@ -163,6 +202,10 @@ def solve_sylvester(a, b, q):
 
 
 def _sqrtm_impl(a):
+    return _over_stack(_sqrtm_matrix, a)
+
+
+def _sqrtm_matrix(a):
     out = _sl.sqrtm(a)
     out = out[0] if isinstance(out, tuple) else out
     if np.isrealobj(a) and np.iscomplexobj(out) and not np.any(np.imag(out)):
@@ -171,4 +214,5 @@ def _sqrtm_impl(a):
 
 
 sqrtm = defprim(_sqrtm_impl, lambda g, ans, a: _sylvester(_t(ans), _t(ans), g), name="scipy.linalg.sqrtm",
-               jvp=lambda t, ans, a: _sylvester(ans, ans, t))  # X dX + dX X = dA
+               jvp=lambda t, ans, a: _sylvester(ans, ans, t),  # X dX + dX X = dA
+               batch=_la_prims.stacked_batch)
