@@ -3,6 +3,7 @@
 Every rule here costs what was written plus at most one pass over the result: the written
 value's cotangent is ``g[idx]``, and the old array's cotangent is ``g`` with the written
 positions zeroed (an overwritten element passes no gradient to what it overwrote).
+Under vmap a write is the same primitive on the stack, its index led by a full slice.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..core.trace import Tracer, unbox
 from ._table import defprim, unbroadcast
-from .shape import _is_basic, getitem, index_add
+from .shape import _is_basic, getitem, index_add, reshape
 
 
 def _zero_at(g, index):
@@ -37,9 +38,38 @@ def _scatter_set_jvp(tangents, ans, args, params):
     return scatter_set(t_x, np.zeros((), dtype) if t_v is None else t_v, index=params["index"])
 
 
+def _batch_write(prim, vals, batched, params, size):
+    """vmap of ``scatter_set``/``scatter_multiply`` (x, v, index): one write into the stack at
+    ``(:, *index)``. An unbatched ``x`` is broadcast along the batch (the write copies it); a batched
+    ``v`` gets ones after its batch axis up to the rank of ``x[index]``, so it lines up with the
+    written block; an unbatched ``v`` broadcasts as it did per example. Indices that vary along
+    the batch, or that NumPy would move in front of the batch axis, are left to the per-example loop."""
+    from ..transforms.batching import _batched_index, _broadcast_batch, _index_tracers, _pad_rank, _shape
+    x, v = vals
+    index = params["index"]
+    if _index_tracers(index):
+        return NotImplemented
+    stacked_index = _batched_index(index)
+    if stacked_index is None:
+        return NotImplemented
+    if not batched[0]:
+        x = _broadcast_batch(x, size)
+    if batched[1]:
+        rank = np.zeros(tuple(_shape(x))[1:], bool)[index].ndim
+        v_shape = tuple(_shape(v))
+        extra = len(v_shape) - 1 - rank
+        if extra > 0:  # leading ones, which NumPy drops per example (other sizes raise there)
+            if any(n != 1 for n in v_shape[1:1 + extra]):
+                return NotImplemented
+            v = reshape(v, shape=v_shape[:1] + v_shape[1 + extra:])
+        else:
+            v = _pad_rank(v, rank)
+    return prim(x, v, index=stacked_index)
+
+
 scatter_set = defprim(_scatter_set, (lambda g, ans, x, v, index: _zero_at(g, index),
                                      lambda g, ans, x, v, index: unbroadcast(getitem(g, index=index), v.shape)),
-                      name="scatter_set")
+                      name="scatter_set", batch=_batch_write)
 scatter_set.fused_jvp = _scatter_set_jvp
 
 
@@ -92,7 +122,8 @@ scatter_multiply = defprim(_scatter_multiply, (
     lambda g, ans, x, v, index: scatter_multiply(g, v, index=index),
     lambda g, ans, x, v, index: unbroadcast(getitem(g * x, index=index), v.shape)),
     name="scatter_multiply",
-    jvp=(lambda t, ans, x, v, index: scatter_multiply(t, v, index=index), _scatter_multiply_jvp_v))
+    jvp=(lambda t, ans, x, v, index: scatter_multiply(t, v, index=index), _scatter_multiply_jvp_v),
+    batch=_batch_write)
 
 
 def has_duplicates(index, shape):
