@@ -312,3 +312,175 @@ def test_forward_mode_is_finite_at_extreme_inputs(which, dtype, own_jvp_rules):
         assert np.isfinite(tangent) and np.asarray(tangent).dtype == dtype, (name, tangent)
         expected = np.sum(g.astype(np.float64) * t)
         assert abs(float(tangent) - expected) <= 1e-2 * (1 + abs(expected)), (name, tangent, expected)
+
+
+# --- vmap: every nn primitive has a batching rule (no per-example loop) -------------------------------
+VB = 3   # batch size
+XB = RNG.standard_normal((VB, 2, 4))
+TB = RNG.random((VB, 2, 4))
+LB = RNG.integers(0, 4, (VB, 2))
+AB = RNG.standard_normal((VB, 5, 3, 2))
+BB = RNG.standard_normal((VB, 5, 2, 2))
+
+# name: (function of one example, batched arguments, in_axes); in_axes None: the argument's first row
+# is passed unbatched
+VMAP_CASES = {
+    "softmax axis None": (lambda x: wnn.softmax(x, axis=None), (XB,), (0,)),
+    "log_softmax axis None": (lambda x: wnn.log_softmax(x, axis=None), (XB,), (0,)),
+    "log_softmax axis 0": (lambda x: wnn.log_softmax(x, axis=0), (XB,), (0,)),
+    "logsumexp all": (lambda x: wnn.logsumexp(x), (XB,), (0,)),
+    "logsumexp axis 0 keepdims": (lambda x: wnn.logsumexp(x, axis=0, keepdims=True), (XB,), (0,)),
+    "logsumexp b unbatched": (lambda x, b: wnn.logsumexp(x, axis=1, b=b), (XB, TB), (0, None)),
+    "logsumexp b batched, x unbatched": (lambda x, b: wnn.logsumexp(x, axis=-1, b=b), (XB, TB), (None, 0)),
+    "logsumexp b lower rank": (lambda x, b: wnn.logsumexp(x, b=b[0]), (XB, TB), (0, 0)),
+    "normalize": (lambda x: wnn.normalize(x, axis=0), (XB,), (0,)),
+    "normalize axis None": (lambda x: wnn.normalize(x, axis=None), (XB,), (0,)),
+    "cosine_similarity": (lambda a, b: wnn.cosine_similarity(a, b), (XB, TB), (0, 0)),
+    "cosine_similarity unbatched lower rank": (lambda a, b: wnn.cosine_similarity(a, b[0], axis=-1),
+                                               (XB, TB), (0, None)),
+    "cosine_similarity axis None": (lambda a, b: wnn.cosine_similarity(a, b, axis=None), (XB, TB), (None, 0)),
+    "pairwise_cosine_softmax": (wnn.pairwise_cosine_softmax, (AB, BB), (0, 0)),
+    "pairwise_cosine_softmax a unbatched": (wnn.pairwise_cosine_softmax, (AB, BB), (None, 0)),
+    "mse mean": (wnn.mse, (XB, TB), (0, 0)),
+    "mse sum broadcast": (lambda p, t: wnn.mse(p, t[0], reduction="sum"), (XB, TB), (0, None)),
+    "mse none": (lambda p, t: wnn.mse(p, t, reduction="none"), (XB, TB), (None, 0)),
+    "bce mean": (wnn.binary_cross_entropy_with_logits, (XB, TB), (0, 0)),
+    "bce sum, targets unbatched": (lambda x, t: wnn.binary_cross_entropy_with_logits(x, t, reduction="sum"),
+                                   (XB, TB), (0, None)),
+    "bce none, logits unbatched": (lambda x, t: wnn.binary_cross_entropy_with_logits(x, t, reduction="none"),
+                                   (XB, TB), (None, 0)),
+    "cross-entropy labels batched": (wnn.softmax_cross_entropy, (XB, LB), (0, 0)),
+    "cross-entropy labels unbatched, sum": (lambda x, l: wnn.softmax_cross_entropy(x, l, reduction="sum"),
+                                            (XB, LB), (0, None)),
+    "cross-entropy logits unbatched, none": (lambda x, l: wnn.softmax_cross_entropy(x, l, reduction="none"),
+                                             (XB, LB), (None, 0)),
+    "cross-entropy labels axis 0": (lambda x, l: wnn.softmax_cross_entropy(x.T, l, axis=0), (XB, LB), (0, 0)),
+    "cross-entropy one example row": (lambda x, l: wnn.softmax_cross_entropy(x[0], l[0]), (XB, LB), (0, 0)),
+    "cross-entropy probabilities": (wnn.softmax_cross_entropy, (XB, TB), (0, 0)),
+    "cross-entropy probabilities unbatched, sum": (
+        lambda x, t: wnn.softmax_cross_entropy(x, t, reduction="sum"), (XB, TB), (0, None)),
+    "cross-entropy probabilities none": (lambda x, t: wnn.softmax_cross_entropy(x, t, reduction="none"),
+                                         (XB, TB), (None, 0)),
+}
+
+
+def _example(args, in_axes, i):
+    return [a[0] if ax is None else a[i] for a, ax in zip(args, in_axes)]
+
+
+def _vmap_args(args, in_axes):
+    return [a[0] if ax is None else a for a, ax in zip(args, in_axes)]
+
+
+def _no_warnings(fn, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args)
+    assert not caught, [str(w.message) for w in caught]
+    return out
+
+
+@pytest.mark.parametrize("name", list(VMAP_CASES))
+def test_vmap_equals_a_loop_without_warning(name):
+    f, args, in_axes = VMAP_CASES[name]
+    out = _no_warnings(wg.vmap(f, in_axes=in_axes), *_vmap_args(args, in_axes))
+    ref = np.stack([f(*_example(args, in_axes, i)) for i in range(VB)])
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+
+
+def _float_positions(args):
+    return tuple(i for i, a in enumerate(args) if np.issubdtype(a.dtype, np.floating))
+
+
+@pytest.mark.parametrize("name", list(VMAP_CASES))
+def test_vmap_gradients_match_finite_differences(name):
+    """grad and jvp of a weighted sum of the vmapped result (the batched call on the tape)."""
+    f, args, in_axes = VMAP_CASES[name]
+    vargs = _vmap_args(args, in_axes)
+    out = wg.vmap(f, in_axes=in_axes)(*vargs)
+    w = np.linspace(0.5, 1.5, out.size).reshape(out.shape)
+    scalar = lambda *a: wnp.sum(wg.vmap(f, in_axes=in_axes)(*a) * w)   # noqa: E731
+    _no_warnings(wg.check_grads, scalar, vargs, 1, ("fwd", "rev"))
+
+
+@pytest.mark.parametrize("name", list(VMAP_CASES))
+def test_vmap_jacfwd_equals_jacobian(name, own_jvp_rules):
+    f, args, in_axes = VMAP_CASES[name]
+    vargs = _vmap_args(args, in_axes)
+    nums = _float_positions(vargs)
+    g = wg.vmap(f, in_axes=in_axes)
+    fwd = _no_warnings(wg.jacfwd(g, argnums=nums), *vargs)
+    rev = _no_warnings(wg.jacobian(g, argnums=nums), *vargs)
+    for a, b in zip(fwd, rev):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+PER_EXAMPLE_LOSSES = {
+    "mse": (lambda w, x, y: wnn.mse(x @ w, y), TB),
+    "bce": (lambda w, x, y: wnn.binary_cross_entropy_with_logits(x @ w, y, reduction="sum"), TB),
+    "cross-entropy labels": (lambda w, x, y: wnn.softmax_cross_entropy(x @ w, y), LB),
+    "cross-entropy probabilities": (lambda w, x, y: wnn.softmax_cross_entropy(x @ w, y), TB),
+    "logsumexp": (lambda w, x, y: wnn.logsumexp(x @ w, b=y), TB),
+    "cosine": (lambda w, x, y: wnp.sum(wnn.cosine_similarity(x @ w, y)), TB),
+    "normalize": (lambda w, x, y: wnp.sum(wnn.normalize(x @ w, axis=None) * y), TB),
+}
+
+
+@pytest.mark.parametrize("name", list(PER_EXAMPLE_LOSSES))
+def test_per_example_gradients_equal_a_loop(name):
+    loss, ys = PER_EXAMPLE_LOSSES[name]
+    weights = RNG.standard_normal((3, 4))
+    xs = RNG.standard_normal((VB, 2, 3))
+    out = _no_warnings(wg.vmap(wg.grad(loss), in_axes=(None, 0, 0)), weights, xs, ys)
+    ref = np.stack([wg.grad(loss)(weights, xs[i], ys[i]) for i in range(VB)])
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+
+
+NESTED_CASES = {
+    "logsumexp": (lambda x: wnn.logsumexp(x, axis=0), (RNG.standard_normal((2, 3, 4, 2)),)),
+    "normalize": (lambda x: wnn.normalize(x), (RNG.standard_normal((2, 3, 4)),)),
+    "cosine_similarity": (wnn.cosine_similarity, (RNG.standard_normal((2, 3, 4)), RNG.standard_normal((2, 3, 4)))),
+    "mse": (wnn.mse, (RNG.standard_normal((2, 3, 4)), RNG.standard_normal((2, 3, 4)))),
+    "cross-entropy labels": (wnn.softmax_cross_entropy,
+                             (RNG.standard_normal((2, 3, 2, 4)), RNG.integers(0, 4, (2, 3, 2)))),
+    "pairwise_cosine_softmax": (wnn.pairwise_cosine_softmax,
+                                (RNG.standard_normal((2, 2, 4, 3, 1)), RNG.standard_normal((2, 2, 4, 2, 1)))),
+}
+
+
+@pytest.mark.parametrize("name", list(NESTED_CASES))
+def test_nested_vmap_equals_a_double_loop(name):
+    f, args = NESTED_CASES[name]
+    out = _no_warnings(wg.vmap(wg.vmap(f)), *args)
+    ref = np.stack([np.stack([f(*[a[i, j] for a in args]) for j in range(args[0].shape[1])])
+                    for i in range(args[0].shape[0])])
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+    g = wg.grad(lambda *a: wnp.sum(wg.vmap(wg.vmap(f))(*a) ** 2))(*args)
+    g_ref = wg.grad(lambda *a: sum(wnp.sum(f(*[x[i, j] for x in a]) ** 2)
+                                   for i in range(args[0].shape[0]) for j in range(args[0].shape[1])))(*args)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-12, atol=1e-14)
+
+
+def test_vmap_of_the_rewrites_log_softmax_recomputes_it_batched():
+    """log_softmax with a known value (what the log(softmax) rewrite records) holds one example's
+    value: under vmap it is computed afresh for the batch, with the axis (None: all) shifted."""
+    from wengert.primitives import nn as prims
+    for axis in (None, (1,)):
+        out = _no_warnings(wg.vmap(lambda x: prims.log_softmax_known(x, axis=axis, known=None)), XB)
+        ref = np.stack([scipy.special.log_softmax(x, axis=axis) for x in XB])
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_vmapped_losses_keep_the_dtype(dtype):
+    for f, args in ((wnn.mse, (XB, TB)), (wnn.binary_cross_entropy_with_logits, (XB, TB)),
+                    (wnn.softmax_cross_entropy, (XB, LB)), (wnn.softmax_cross_entropy, (XB, TB))):
+        args = [a.astype(dtype) if a.dtype.kind == "f" else a for a in args]
+        out = _no_warnings(wg.vmap(f), *args)
+        g = wg.grad(lambda x: wnp.sum(wg.vmap(f)(x, args[1])))(args[0])
+        assert out.dtype == dtype and g.dtype == dtype
+        ref = np.stack([f(*[a[i] for a in args]) for i in range(VB)])
+        np.testing.assert_allclose(out, ref, rtol=2e-3 if dtype == np.float16 else 1e-6)

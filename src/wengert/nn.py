@@ -57,6 +57,13 @@ def _axes(axis, ndim, name):
     return tuple(sorted(set(out)))
 
 
+def _every_axis(axes, x):
+    """``axes``, with None spelled out as every axis of ``x``: vmap's rule for softmax and
+    log_softmax (batching.axis_rule, which has a fused form for nested vmaps) shifts a tuple past
+    the batch axis but runs ``axis=None`` once per example."""
+    return tuple(range(_ndim(x))) if axes is None else axes
+
+
 def _one_axis(axis, ndim, name):
     if not isinstance(axis, (int, np.integer)):
         raise TypeError(f"wengert.nn.{name}: axis must be one int, got {axis!r}")
@@ -80,13 +87,13 @@ def _traced(*xs):
 def softmax(x, axis=-1):
     """``exp(x) / sum(exp(x))`` along ``axis`` (an int, a tuple, or None for all), computed stably."""
     x = _operand(x)
-    return P.softmax(x, axis=_axes(axis, _ndim(x), "softmax"))
+    return P.softmax(x, axis=_every_axis(_axes(axis, _ndim(x), "softmax"), x))
 
 
 def log_softmax(x, axis=-1):
     """``x - logsumexp(x, axis, keepdims=True)``; its gradient is ``g - softmax(x) * sum(g)``."""
     x = _operand(x)
-    return P.log_softmax(x, axis=_axes(axis, _ndim(x), "log_softmax"))
+    return P.log_softmax(x, axis=_every_axis(_axes(axis, _ndim(x), "log_softmax"), x))
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False):
@@ -119,10 +126,12 @@ def softmax_cross_entropy(logits, labels, axis=-1, reduction="mean"):
     labels_plain = unbox(labels)
     dtype = np.asarray(labels_plain).dtype if not hasattr(labels_plain, "dtype") else labels_plain.dtype
     if np.issubdtype(dtype, np.integer):
-        labels = np.asarray(unbox_all(labels))
+        labels = unbox_all(labels)   # inside vmap, labels batched there stay a batch tracer
+        if type(labels) is not Tracer:
+            labels = np.asarray(labels)
         expected = shape[:ax] + shape[ax + 1:]
-        if labels.shape != expected:
-            raise ValueError(f"wengert.nn.softmax_cross_entropy: integer labels of shape {labels.shape} for logits "
+        if tuple(_shape(labels)) != expected:
+            raise ValueError(f"wengert.nn.softmax_cross_entropy: integer labels of shape {_shape(labels)} for logits "
                              f"of shape {shape}; expected shape {expected} (the logits' shape without axis {ax})")
         stash = [None] if _traced(logits) else None
         return P.softmax_cross_entropy_sparse(logits, labels, axis=ax, reduction=reduction, stash=stash)

@@ -101,6 +101,61 @@ def _plain(*xs):
     return True
 
 
+# --- vmap rules (``defprim(batch=...)``): the batch is on axis 0 of the values flagged batched ------
+def _batching():
+    from ..transforms import batching   # imported late: batching imports this module
+    return batching
+
+
+def _batch_axis(axis, x):
+    """A per-example ``axis`` (int, tuple, or None for all) of batched ``x``, shifted past the batch."""
+    B = _batching()
+    return B._axis(axis, len(B._shape(x)) - 1)
+
+
+def _batch_along_axis(prim, vals, batched, params, size):
+    """logsumexp, normalize: one operand, its axis shifted past the batch (None: the example's axes)."""
+    p = dict(params)
+    p["axis"] = _batch_axis(params.get("axis"), vals[0])
+    return prim(vals[0], **p)
+
+
+def _batch_leading(vals, batched, size=None):
+    """Operands of a broadcasting primitive with the batch axis first and one rank: a batched
+    operand gets ones after its batch axis, an unbatched one a leading 1 (broadcast to ``size``
+    where the primitive's rules need every operand at the output's shape). Returns the operands and
+    the example rank."""
+    B = _batching()
+    ranks = [len(B._shape(v)) - b for v, b in zip(vals, batched)]
+    rank = max(ranks)
+    out = []
+    for v, b, r in zip(vals, batched, ranks):
+        if b:
+            out.append(B._pad_rank(v, rank))
+            continue
+        v = S.reshape(v, shape=(1,) * (rank - r + 1) + tuple(B._shape(v)))
+        if size is not None:
+            shape = tuple(B._shape(v))
+            v = S.broadcast_to(v, shape=(size,) + shape[1:])
+        out.append(v)
+    return out, rank
+
+
+def _reduce_each_example(loss, reduction):
+    """A loss computed with ``reduction="none"`` (batch first) reduced over each example's elements,
+    float16 summed in float32 as the primitives' own reductions are."""
+    if reduction == "none":
+        return loss
+    shape = tuple(_batching()._shape(loss))
+    if len(shape) == 1:
+        return loss
+    dtype = _dtype(loss)
+    total = R.sum_(_rule_up(loss)[0], axis=tuple(range(1, len(shape))), keepdims=False)
+    if reduction == "mean":
+        total = total / int(np.prod(shape[1:], dtype=np.int64))
+    return _rule_down(total, dtype)
+
+
 # --- softmax, log_softmax, logsumexp -------------------------------------------------------------
 def _softmax(x, axis=None):
     x, dt = _up(x)
@@ -155,10 +210,16 @@ def _log_softmax_known(x, axis=None, known=None):
 
 # log_softmax whose value the forward pass already computed (``known = (value, softmax)``, plain
 # arrays): recorded by the rewrite of a written-out ``log(exp(z) / sum(exp(z)))`` at first order
+def _log_softmax_known_batch(prim, vals, batched, params, size):
+    """The known value is one example's: the batched log_softmax is computed afresh."""
+    return log_softmax(vals[0], axis=_batch_axis(params.get("axis"), vals[0]))
+
+
 log_softmax_known = defprim(_log_softmax_known,
                             lambda g, ans, x, axis=None, known=None: g - known[1] * _sum_kept(g, axis),
                             name="nn.log_softmax",
-                            jvp=lambda t, ans, x, axis=None, known=None: t - _sum_kept(known[1] * t, axis))
+                            jvp=lambda t, ans, x, axis=None, known=None: t - _sum_kept(known[1] * t, axis),
+                            batch=_log_softmax_known_batch)
 
 
 def _logsumexp(x, axis=None, keepdims=False):
@@ -186,7 +247,8 @@ def _logsumexp_jvp(t, ans, x, axis=None, keepdims=False):
     return np.sum(p, axis=axis, keepdims=keepdims)
 
 
-logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp", jvp=_logsumexp_jvp)
+logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp", jvp=_logsumexp_jvp,
+                    batch=_batch_along_axis)
 
 
 def _logsumexp_b(x, b, axis=None, keepdims=False):
@@ -211,6 +273,12 @@ def _lse_b_tangent(t, w, ans, x, b, axis, keepdims):
     return R.sum_(e * t if w is None else e * w * t, axis=axis, keepdims=keepdims)
 
 
+def _logsumexp_b_batch(prim, vals, batched, params, size):
+    """``axis`` counts the axes of the broadcast example shape of ``x`` and ``b``."""
+    (x, b), rank = _batch_leading(vals, batched)
+    return prim(x, b, axis=_batching()._axis(params.get("axis"), rank), keepdims=params.get("keepdims", False))
+
+
 logsumexp_b = defprim(_logsumexp_b, (
     lambda g, ans, x, b, axis=None, keepdims=False: unbroadcast(_lse_b_weight(g, ans, x, b, axis, keepdims) * b,
                                                                 x.shape),
@@ -218,7 +286,8 @@ logsumexp_b = defprim(_logsumexp_b, (
                                                                 b.shape)),
     name="nn.logsumexp_b", jvp=(
     lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, b, ans, x, b, axis, keepdims),
-    lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, None, ans, x, b, axis, keepdims)))
+    lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, None, ans, x, b, axis, keepdims)),
+    batch=_logsumexp_b_batch)
 
 
 # --- cross-entropy of a softmax ----------------------------------------------------------------
@@ -319,8 +388,19 @@ def _sce_sparse_jvp(t, ans, x, labels, axis, reduction, stash=None):
     return _reduce_tangent(d, t, axis, reduction, _examples(x.shape, axis))
 
 
+def _cross_entropy_batch(prim, vals, batched, params, size):
+    """Both operands batched (the rules read logits and labels or targets at one shape), the class
+    axis shifted, one loss per row (reduction "none"), then reduced within each example."""
+    B = _batching()
+    x, labels = [v if b else B._broadcast_batch(v, size) for v, b in zip(vals, batched)]
+    axis = params["axis"] % (len(B._shape(x)) - 1) + 1
+    stash = None if params.get("stash") is None else [None]
+    loss = prim(x, labels, axis=axis, reduction="none", stash=stash)
+    return _reduce_each_example(loss, params["reduction"])
+
+
 softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), name="nn.softmax_cross_entropy",
-                                       jvp=(_sce_sparse_jvp, None))
+                                       jvp=(_sce_sparse_jvp, None), batch=_cross_entropy_batch)
 
 
 def _sce_dense(x, t, axis, reduction, stash=None):
@@ -362,7 +442,8 @@ softmax_cross_entropy_dense = defprim(_sce_dense, (_sce_dense_vjp_x, _sce_dense_
     lambda tx, ans, x, t, axis, reduction, stash=None: _reduce_tangent(
         _sce_dense_dx(x, t, axis, stash), tx, axis, reduction, _examples(x.shape, axis)),
     lambda tt, ans, x, t, axis, reduction, stash=None: -_reduce_tangent(
-        _sce_dense_logp(x, axis, stash), tt, axis, reduction, _examples(x.shape, axis))))
+        _sce_dense_logp(x, axis, stash), tt, axis, reduction, _examples(x.shape, axis))),
+    batch=_cross_entropy_batch)
 
 
 # --- sigmoid family ----------------------------------------------------------------------------
@@ -424,12 +505,20 @@ def _reduce_elementwise(t, reduction, size):
     return total / size if reduction == "mean" else total
 
 
+def _elementwise_loss_batch(prim, vals, batched, params, size, broadcast=True):
+    """An elementwise loss (BCE, MSE): computed unreduced, then reduced within each example.
+    BCE's rules want both operands at the output's shape (``broadcast``); MSE's unbroadcast."""
+    (x, t), _ = _batch_leading(vals, batched, size if broadcast else None)
+    return _reduce_each_example(prim(x, t, reduction="none"), params["reduction"])
+
+
 bce_with_logits = defprim(_bce_logits, (
     lambda g, ans, x, t, reduction: (sigmoid(x) - t) * _elementwise_ct(g, x.size, reduction),
     lambda g, ans, x, t, reduction: -x * _elementwise_ct(g, x.size, reduction)),
     name="nn.binary_cross_entropy_with_logits", jvp=(
     lambda tx, ans, x, t, reduction: _reduce_elementwise((sigmoid(x) - t) * tx, reduction, x.size),
-    lambda tt, ans, x, t, reduction: _reduce_elementwise(-x * tt, reduction, x.size)))
+    lambda tt, ans, x, t, reduction: _reduce_elementwise(-x * tt, reduction, x.size)),
+    batch=_elementwise_loss_batch)
 
 
 # --- activations -------------------------------------------------------------------------------
@@ -498,11 +587,16 @@ def _mse_ct(g, p, t, reduction):
     return 2 * d * _elementwise_ct(g, d.size, reduction)
 
 
+def _mse_batch(prim, vals, batched, params, size):
+    return _elementwise_loss_batch(prim, vals, batched, params, size, broadcast=False)
+
+
 mse = defprim(_mse, (lambda g, ans, p, t, reduction: unbroadcast(_mse_ct(g, p, t, reduction), p.shape),
                      lambda g, ans, p, t, reduction: unbroadcast(-_mse_ct(g, p, t, reduction), t.shape)),
               name="nn.mse", jvp=(
     lambda tp, ans, p, t, reduction: _reduce_elementwise(2 * (p - t) * tp, reduction, _size(p, t)),
-    lambda tt, ans, p, t, reduction: _reduce_elementwise(-2 * (p - t) * tt, reduction, _size(p, t))))
+    lambda tt, ans, p, t, reduction: _reduce_elementwise(-2 * (p - t) * tt, reduction, _size(p, t))),
+    batch=_mse_batch)
 
 
 # --- norms and cosines ---------------------------------------------------------------------------
@@ -541,7 +635,7 @@ def _normalize_vjp(g, ans, x, axis, eps):
 
 
 # (I - y y^T) / n, or I / eps where the norm is clamped: a symmetric Jacobian, so the VJP rule is the JVP
-normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize", jvp=_normalize_vjp)
+normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize", jvp=_normalize_vjp, batch=_batch_along_axis)
 
 
 def _cosine(x1, x2, axis, eps):
@@ -601,7 +695,13 @@ def _cosine_jvp(tangents, ans, args, params):
     return _rule_down(total, dtype)
 
 
-cosine_similarity = defprim(_cosine, (), name="nn.cosine_similarity")
+def _cosine_batch(prim, vals, batched, params, size):
+    """An unbatched operand gets a leading 1 (its norms are taken along the same shifted axis)."""
+    (x1, x2), rank = _batch_leading(vals, batched)
+    return prim(x1, x2, axis=_batching()._axis(params["axis"], rank), eps=params["eps"])
+
+
+cosine_similarity = defprim(_cosine, (), name="nn.cosine_similarity", batch=_cosine_batch)
 cosine_similarity.fused_vjp = _cosine_vjp
 cosine_similarity.fused_jvp = _cosine_jvp
 cosine_similarity.keep_ans = True
@@ -709,7 +809,21 @@ def _pairwise_cosine_softmax_jvp(tangents, ans, args, params):
     return _rule_down(S.transpose(dp, axes=(1, 2, 0)), dtype)
 
 
-pairwise_cosine_softmax = defprim(_pairwise_cosine_softmax, (), name="nn.pairwise_cosine_softmax")
+def _pairwise_cosine_softmax_batch(prim, vals, batched, params, size):
+    """The operation's own batch axis (the last) takes the vmap batch too: (V, W, R, B) becomes
+    (W, R, V * B), and the result (N, R, V * B) is split back to (V, N, R, B)."""
+    B = _batching()
+    a, b = [v if flag else B._broadcast_batch(v, size) for v, flag in zip(vals, batched)]
+    (_, width, n_a, k), n_b = B._shape(a), B._shape(b)[2]
+    a = S.reshape(S.transpose(a, axes=(1, 2, 0, 3)), shape=(width, n_a, size * k))
+    b = S.reshape(S.transpose(b, axes=(1, 2, 0, 3)), shape=(width, n_b, size * k))
+    stash = None if params.get("stash") is None else [None]
+    out = prim(a, b, eps=params["eps"], stash=stash)
+    return S.transpose(S.reshape(out, shape=(n_b, n_a, size, k)), axes=(2, 0, 1, 3))
+
+
+pairwise_cosine_softmax = defprim(_pairwise_cosine_softmax, (), name="nn.pairwise_cosine_softmax",
+                                  batch=_pairwise_cosine_softmax_batch)
 pairwise_cosine_softmax.fused_vjp = _pairwise_cosine_softmax_vjp
 pairwise_cosine_softmax.fused_jvp = _pairwise_cosine_softmax_jvp
 pairwise_cosine_softmax.keep_ans = True
