@@ -3,8 +3,17 @@
 One primitive, the full convolution; ``valid`` and ``same`` are slices of it, as in SciPy. The
 rules are full convolutions too (with the other operand flipped, then sliced), so derivatives of
 any order work. For complex inputs the rules are transposes, without conjugates (docs/complex.md).
+
+Under vmap, a batched operand against an unbatched one is one (n+1)-d SciPy convolution: the
+unbatched operand gets a leading axis of length 1, so the batch axis passes through unmixed.
+Two batched operands are one gather of the windows of one operand and one ``einsum`` with the
+other (exact sums of products, as the direct method); past ``_GATHER_LIMIT`` window elements
+that tensor would cost more memory than the per-example loop saves, and vmap loops (with its
+warning).
 """
 from __future__ import annotations
+
+import string
 
 import numpy as np
 import scipy.signal as _sig
@@ -12,6 +21,10 @@ import scipy.signal as _sig
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
 from ..primitives._table import defprim
+from ..primitives.contractions import einsum
+from ..primitives.shape import getitem, pad_constant, reshape
+
+_GATHER_LIMIT = 1 << 22  # elements of the window tensor of two batched operands (32 MiB in float64)
 
 __all__ = ["convolve", "correlate"]
 
@@ -41,8 +54,44 @@ def _conv_vjp_b(g, ans, a, b):
     return _window(_full(g, _flip(a)), [n - 1 for n in a.shape], b.shape)
 
 
+def _shape(x):
+    return x.shape if type(x) is Tracer or type(x) is np.ndarray else np.shape(x)
+
+
+def _both_batched(a, b, size):
+    """Per-example full convolutions of two stacks: ``out[z, k] = sum_j a_pad[z, k + n_b - 1 - j] b[z, j]``
+    with ``a`` zero-padded by ``n_b - 1`` on both sides of every axis (``b`` the smaller operand)."""
+    if np.prod(_shape(b)[1:]) > np.prod(_shape(a)[1:]):
+        a, b = b, a  # convolution commutes: gather the windows of the larger one
+    sa, sb = tuple(_shape(a)[1:]), tuple(_shape(b)[1:])
+    nd = len(sa)
+    out_shape = tuple(n1 + n2 - 1 for n1, n2 in zip(sa, sb))
+    if size * np.prod(out_shape) * np.prod(sb) > _GATHER_LIMIT or 2 * nd + 1 > len(string.ascii_letters):
+        return NotImplemented
+    padded = pad_constant(a, pad_width=((0, 0),) + tuple((n2 - 1, n2 - 1) for n2 in sb))
+    index = []
+    for d, (k, j) in enumerate(zip(out_shape, sb)):
+        rows = np.arange(k).reshape((1,) * d + (k,) + (1,) * (2 * nd - d - 1))
+        cols = np.arange(j).reshape((1,) * (nd + d) + (j,) + (1,) * (nd - d - 1))
+        index.append(rows + (j - 1) - cols)
+    windows = getitem(padded, index=(slice(None),) + tuple(index))
+    k_letters, j_letters = string.ascii_letters[:nd], string.ascii_letters[nd:2 * nd]
+    z = string.ascii_letters[2 * nd]
+    return einsum(windows, b, subscripts=f"{z}{k_letters}{j_letters},{z}{j_letters}->{z}{k_letters}")
+
+
+def _batch_full(prim, vals, batched, params, size):
+    """vmap of the full convolution (the strategies are in the module docstring)."""
+    a, b = vals
+    if batched[0] and batched[1]:
+        return _both_batched(a, b, size)
+    if batched[0]:
+        return prim(a, reshape(b, shape=(1,) + tuple(_shape(b))))
+    return prim(reshape(a, shape=(1,) + tuple(_shape(a))), b)
+
+
 _full = defprim(_full_impl, (_conv_vjp_a, _conv_vjp_b), name="scipy.signal.convolve",  # bilinear: product rule
-                jvp=(lambda t, ans, a, b: _full(t, b), lambda t, ans, a, b: _full(a, t)))
+                jvp=(lambda t, ans, a, b: _full(t, b), lambda t, ans, a, b: _full(a, t)), batch=_batch_full)
 
 
 def convolve(in1, in2, mode="full", method="auto"):
