@@ -4,11 +4,14 @@ Eigen- and singular vectors are defined up to sign, so the functions of them che
 sign-invariant (even powers, reconstructions). Inputs are well conditioned: symmetric positive
 definite matrices ``B B^T + n I`` and random matrices with ``3 I`` added.
 """
+import warnings
+
 import numpy as np
 import pytest
 
 import wengert as wg
 import wengert.numpy as wnp
+import wengert.scipy.linalg as wsl
 
 la = wnp.linalg
 rng = np.random.default_rng(0)
@@ -360,10 +363,21 @@ def test_forward_mode_det_at_singular_matrices(own_jvp_rules):
     ("pinv", la.pinv, randn(4, 3)),
     ("lstsq", lambda a: la.lstsq(a, np.arange(4.0))[1], randn(4, 2)),
     ("norm_3", lambda a: la.norm(a, 3, axis=0), randn(3, 2)),
+    ("slogdet_batched", lambda a: la.slogdet(a)[1], general(2, 3, 3)),
+    ("cholesky_upper", lambda a: la.cholesky(a, upper=True), spd(3, 3)),
+    ("eigvalsh", la.eigvalsh, lower_read(3, 3)),
+    ("svdvals", lambda a: la.svd(a, compute_uv=False), randn(3, 4)),
+    ("qr_tall", lambda a: la.qr(a)[0] ** 2 + la.qr(a)[1][0, 0], randn(4, 3)),
+    ("pinv_hermitian", lambda a: la.pinv(a, hermitian=True), lower_read(3, 3)),
+    ("lstsq_b", lambda b, a=randn(5, 3): lstsq_mix(la.lstsq(a, b)), randn(5, 2)),
+    ("norm_all", lambda a: la.norm(a, keepdims=True), randn(2, 2, 3)),
+    ("sqrtm", wsl.sqrtm, spd(3, 3)),
+    ("sylvester_a", lambda a, b=general(2, 2), q=randn(3, 2): wsl.solve_sylvester(a, b, q), general(3, 3)),
+    ("sylvester_q", lambda q, a=general(3, 3): wsl.solve_sylvester(a, a.T, q), randn(3, 3)),
 ])
 def test_jacfwd_equals_jacobian(name, f, x, own_jvp_rules):
-    """One JVP with a batch of tangents (vmap over the JVP rules, solve's batch rule) = reverse mode."""
-    import warnings
+    """One JVP with a batch of tangents (vmap over the JVP rules, solve's and solve_sylvester's batch
+    rules) = reverse mode."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no per-example loop: every rule's operation has a batch rule
         forward = wg.jacfwd(f)(x)
@@ -472,9 +486,6 @@ def test_complex_svd_rules_refuse_rather_than_guess():
 
 
 # --- vmap: batching rules (no per-example loop) ----------------------------------------------------------
-import warnings  # noqa: E402
-
-import wengert.scipy.linalg as wsl  # noqa: E402
 
 B = 3  # batch size
 
@@ -644,3 +655,31 @@ def test_per_example_gradients(name, loss, w, xs):
     batched = _no_loop_vmap(wg.grad(loss), w, xs, in_axes=(None, 0))
     expected = np.stack([wg.grad(loss)(w, x) for x in xs])
     np.testing.assert_allclose(batched, expected, rtol=1e-9, atol=1e-11)
+
+
+# complex matrices under vmap: the functions that take them
+COMPLEX_VMAP = [
+    ("inv", la.inv, (_complex(B, 3, 3) + 3 * np.eye(3),)),
+    ("det", la.det, (_complex(B, 3, 3) + 3 * np.eye(3),)),
+    ("slogdet", lambda a: tuple(la.slogdet(a)), (_complex(B, 3, 3) + 3 * np.eye(3),)),
+    ("pinv", la.pinv, (_complex(B, 4, 3),)),
+    ("pinv_hermitian", lambda a: la.pinv(a, hermitian=True), (np.stack([_hermitian_read(3) for _ in range(B)]),)),
+    ("lstsq", lambda a, b: la.lstsq(a, b)[:2], (_complex(B, 5, 3), _complex(B, 5, 2))),
+    ("lstsq_b_only", lambda b, a=_complex(5, 3): la.lstsq(a, b)[:2], (_complex(B, 5),)),
+    ("lstsq_values", lambda a, b: la.lstsq(a, b)[3], (_complex(B, 5, 3), randn(B, 5))),
+]
+
+
+def _real_view(out):
+    """A real function of complex outputs: both parts of every leaf."""
+    return [part for leaf in _float_leaves(out) for part in (wnp.real(leaf), wnp.imag(leaf))]
+
+
+@pytest.mark.parametrize("name, f, args", COMPLEX_VMAP, ids=[c[0] for c in COMPLEX_VMAP])
+def test_complex_vmap(name, f, args):
+    """Values equal a loop without warning; forward and reverse mode through vmap match finite
+    differences along complex directions."""
+    _assert_trees_close(_no_loop_vmap(f, *args), _loop(f, *args))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        wg.check_grads(lambda *a: _real_view(wg.vmap(f)(*a)), args, modes=("fwd", "rev"))
