@@ -8,6 +8,10 @@ JVP rule beside it (the forward maps JAX defines and derives its VJPs from). The
 the primal only and pass the tangent through products, elementwise operations and ``solve``, so a
 batch of tangents (``jacfwd``) costs about one factorization.
 
+Under vmap, the batch axis is one more stack axis (``stacked_batch``): one NumPy call factors every
+example. lstsq, which NumPy does not stack, batches right-hand sides as more columns and a batch of
+matrices as ``pinv(a) b``; pnorm shifts its axes past the batch.
+
 Three conventions, each chosen to give the derivative of exactly the function NumPy computes:
 
 * NumPy's cholesky, eigh and eigvalsh (and pinv/svd with ``hermitian=True``) read one triangle of

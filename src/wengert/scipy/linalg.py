@@ -4,6 +4,10 @@
 ``expm``'s rule is the block-matrix form of its Fréchet derivative, ``sqrtm``'s a Sylvester
 equation; both rules are written with these same primitives, so second derivatives work. Each
 primitive has a JVP rule beside its VJP rule: the same equations, solved for the tangent.
+
+``sqrtm`` and ``solve_sylvester`` take stacks (``...xMxN``, looping over SciPy's one-matrix calls
+where SciPy does not), so vmap runs them once on the batch; a stack of Sylvester right-hand sides
+against one pair of matrices (jacfwd's tangents) shares their Schur decompositions.
 """
 from __future__ import annotations
 
