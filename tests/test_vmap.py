@@ -161,10 +161,22 @@ def test_jvp_of_vmap_and_vmap_of_jvp():
 
 
 def test_primitive_without_rule_loops_with_a_warning_naming_it():
+    from wengert.core.trace import Primitive
+    inverse_2d = Primitive("test.inverse_2d", _inverse_2d,
+                           vjp=(lambda g, ans, x: -(ans.T @ g @ ans.T),))
     x = np.random.default_rng(6).standard_normal((3, 2, 2)) + 3 * np.eye(2)
-    with pytest.warns(UserWarning, match="no batching rule for .*inv"):
-        out = wg.vmap(wnp.linalg.inv)(x)
+    with pytest.warns(UserWarning, match="no batching rule for test.inverse_2d"):
+        out = wg.vmap(inverse_2d)(x)
     np.testing.assert_allclose(out, np.linalg.inv(x))
+    with pytest.warns(UserWarning, match="no batching rule for test.inverse_2d"):
+        grads = wg.vmap(wg.grad(lambda x: wnp.sum(inverse_2d(x))))(x)
+    np.testing.assert_allclose(grads, [wg.grad(lambda x: wnp.sum(wnp.linalg.inv(x)))(xi) for xi in x])
+
+
+def _inverse_2d(x):
+    if x.ndim != 2:
+        raise ValueError("one matrix at a time")
+    return np.linalg.inv(x)
 
 
 def test_python_control_flow_on_batched_values_falls_back_to_a_loop():

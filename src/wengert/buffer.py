@@ -181,7 +181,8 @@ class _IndexUpdates:
 
     def _refuse_duplicates(self, name, values):
         traced = type(self.array) is Tracer or type(values) is Tracer
-        if traced and has_duplicates(self.index, np.shape(unbox(self.array))):
+        shape = self.array.shape if type(self.array) is Tracer else np.shape(self.array)  # one example's under vmap
+        if traced and has_duplicates(self.index, shape):
             raise NotImplementedError(
                 f"x.at[idx].{name}(v) with repeated indices is not differentiable in wengert; "
                 "make the indices unique (np.unique) or combine the values first")
