@@ -402,3 +402,132 @@ def test_scipy_ufuncs_on_traced_values_are_wengerts():
     g = wg.grad(lambda x: np.sum(sc.gammaln(x) + sc.xlogy(x, x) + sc.jv(1.0, x)))(x)
     np.testing.assert_allclose(g, sc.digamma(x) + np.log(x) + 1 + 0.5 * (sc.jv(0, x) - sc.jv(2, x)))
     wg.check_grads(lambda x: sc.betainc(2.0, 3.0, x / 3) * sc.expit(x), (x,), order=2)
+
+
+# --- vmap: special functions and stats batched without a per-example loop ----------------------------
+import warnings  # noqa: E402
+
+_R = np.random.default_rng(21)
+_VB = 3
+_POS = _R.uniform(0.5, 3.0, (_VB, 4))
+_POS2 = _R.uniform(0.5, 3.0, (_VB, 4))
+_UNIT = _R.uniform(0.1, 0.9, (_VB, 4))
+_NORMAL = _R.normal(size=(_VB, 4))
+_XS = np.where(np.arange(4) == 0, 0.0, _R.normal(size=(_VB, 4)))   # xlogy's x, with zeros
+_ORDERS = np.array([0.5, 1.0, 2.5])
+
+# name: (function, arguments, in_axes, positions differentiated); in_axes None: the first row (or
+# the whole argument when it has no batch axis) is passed to every example
+SPECIAL_VMAP = {
+    "beta": (ws.beta, (_POS, _POS2), (0, None), (0, 1)),
+    "betaln": (ws.betaln, (_POS, _POS2), (0, 0), (0, 1)),
+    "betaln scalar b": (ws.betaln, (_POS, np.float64(1.5)), (0, None), (0,)),
+    "xlogy": (ws.xlogy, (_XS, _POS), (None, 0), (0, 1)),
+    "xlog1py": (ws.xlog1py, (_XS, _UNIT), (0, 0), (0, 1)),
+    "gammainc": (ws.gammainc, (_POS, _POS2), (0, 0), (1,)),
+    "gammaincc": (ws.gammaincc, (_POS[:, 0], _POS2), (0, 0), (1,)),
+    "betainc": (ws.betainc, (_POS, _POS2[:, 0], _UNIT), (0, 0, None), (2,)),
+    "iv": (ws.iv, (_ORDERS, _POS), (0, 0), (1,)),
+    "ive": (ws.ive, (_ORDERS, _POS), (0, None), (1,)),
+    "jv": (ws.jv, (np.array([0.5, 1.0, 2.5, 1.5]), _POS), (None, 0), (1,)),
+    "kv": (ws.kv, (_ORDERS, _POS), (0, 0), (1,)),
+    "kve": (ws.kve, (_ORDERS, _POS), (0, 0), (1,)),
+    "yv": (ws.yv, (_ORDERS, _POS), (0, 0), (1,)),
+    "polygamma batched orders": (ws.polygamma, (np.array([0, 1, 2]), _POS), (0, 0), (1,)),
+    "polygamma array of orders": (ws.polygamma, (np.array([[0, 1, 2, 1]] * _VB), _POS), (None, 0), (1,)),
+    "logsumexp return_sign": (lambda a, b: ws.logsumexp(a, b=b, return_sign=True)[0], (_NORMAL, _NORMAL),
+                              (0, 0), (0, 1)),
+    "logsumexp return_sign axis keepdims": (
+        lambda a, b: ws.logsumexp(a.reshape(2, 2), axis=1, b=b.reshape(2, 2), keepdims=True, return_sign=True)[0],
+        (_NORMAL, _NORMAL), (0, None), (0, 1)),
+    "norm.cdf scale batched": (lambda x, s: wst.norm.cdf(x, 0.2, s), (_NORMAL, _POS[:, 0]), (0, 0), (0, 1)),
+    "t.cdf": (lambda x, df: wst.t.cdf(x, df, 0.1, 1.3), (_NORMAL, _POS[:, 0]), (0, 0), (0,)),
+    "beta.logpdf out of support": (lambda x, a: wst.beta.logpdf(x, a, 2.0), (2 * _UNIT - 0.4, _POS[:, 0]),
+                                   (0, 0), ()),
+    "beta.cdf": (lambda x, a: wst.beta.cdf(x, a, 2.0), (_UNIT, _POS[:, 0]), (0, 0), (0,)),
+    "gamma.cdf out of support": (lambda x, a: wst.gamma.cdf(x, a), (_NORMAL, _POS[:, 0]), (0, 0), ()),
+    "chi2.logpdf": (lambda x, df: wst.chi2.logpdf(x, df), (_POS, _POS2[:, 0]), (0, 0), (0, 1)),
+}
+
+
+def _special_example(args, in_axes, i):
+    return [a if ax is None else a[i] for a, ax in zip(args, in_axes)]
+
+
+def _special_vmap_args(args, in_axes):
+    return [a[0] if ax is None and np.ndim(a) > 1 else a for a, ax in zip(args, in_axes)]
+
+
+def _quiet(fn, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args)
+    assert not [w for w in caught if "vmap" in str(w.message)], [str(w.message) for w in caught]
+    return out
+
+
+@pytest.mark.parametrize("name", list(SPECIAL_VMAP))
+def test_special_vmap_equals_a_loop_without_warning(name):
+    f, args, in_axes, _ = SPECIAL_VMAP[name]
+    vargs = _special_vmap_args(args, in_axes)
+    out = _quiet(wg.vmap(f, in_axes=in_axes), *vargs)
+    ref = np.stack([f(*_special_example(vargs, in_axes, i)) for i in range(_VB)])
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+
+
+def _differentiated(name):
+    f, args, in_axes, diff = SPECIAL_VMAP[name]
+    vargs = _special_vmap_args(args, in_axes)
+    batched = wg.vmap(f, in_axes=in_axes)
+    shape = np.shape(batched(*vargs))
+    w = np.linspace(0.5, 1.5, int(np.prod(shape))).reshape(shape)
+
+    def scalar(*d):
+        full = list(vargs)
+        for i, v in zip(diff, d):
+            full[i] = v
+        return wg.numpy.sum(batched(*full) * w)
+    return scalar, [vargs[i] for i in diff]
+
+
+@pytest.mark.parametrize("name", [n for n in SPECIAL_VMAP if SPECIAL_VMAP[n][3]])
+def test_special_vmap_gradients_match_finite_differences(name, own_jvp_rules):
+    scalar, dargs = _differentiated(name)
+    _quiet(wg.check_grads, scalar, dargs, 1, FWD_REV)
+
+
+@pytest.mark.parametrize("name", [n for n in SPECIAL_VMAP if SPECIAL_VMAP[n][3]])
+def test_special_vmap_jacfwd_equals_jacobian(name, own_jvp_rules):
+    f, args, in_axes, diff = SPECIAL_VMAP[name]
+    vargs = _special_vmap_args(args, in_axes)
+    batched = wg.vmap(f, in_axes=in_axes)
+    fwd = _quiet(wg.jacfwd(batched, argnums=diff), *vargs)
+    rev = _quiet(wg.jacobian(batched, argnums=diff), *vargs)
+    for a, b in zip(fwd, rev):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_special_per_example_gradients_equal_a_loop():
+    def loss(scale, x, v):
+        return wg.numpy.sum(ws.xlogy(x, scale * x * x + 1) + ws.betaln(scale, x * x + 1) + ws.iv(v, scale * x * x))
+    xs, vs = _NORMAL, _ORDERS
+    out = _quiet(wg.vmap(wg.grad(loss), in_axes=(None, 0, 0)), 1.3, xs, vs)
+    ref = np.stack([wg.grad(loss)(1.3, xs[i], vs[i]) for i in range(_VB)])
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["betainc", "kv", "xlogy", "polygamma"])
+def test_special_nested_vmap_equals_a_double_loop(name):
+    x = _R.uniform(0.2, 0.8, (2, 3, 4))
+    f = {"betainc": lambda a, x: ws.betainc(a, 2.0, x), "kv": ws.kv, "xlogy": ws.xlogy,
+         "polygamma": ws.polygamma}[name]
+    first = _R.uniform(0.5, 2.0, (2, 3)) if name != "polygamma" else _R.integers(0, 3, (2, 3))
+    out = _quiet(wg.vmap(wg.vmap(f)), first, x)
+    ref = np.stack([np.stack([f(first[i, j], x[i, j]) for j in range(3)]) for i in range(2)])
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+    g = wg.grad(lambda x: wg.numpy.sum(wg.vmap(wg.vmap(f))(first, x)))(x)
+    g_ref = np.stack([np.stack([wg.grad(lambda x: wg.numpy.sum(f(first[i, j], x)))(x[i, j]) for j in range(3)])
+                      for i in range(2)])
+    np.testing.assert_allclose(g, g_ref, rtol=1e-12, atol=1e-14)

@@ -14,7 +14,7 @@ from ..core.errors import NoDerivativeError
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
 from ..primitives import elementwise as E
-from ..primitives._table import defprim, defunary, unbroadcast
+from ..primitives._table import batch_elementwise, defprim, defunary, nondiff, unbroadcast
 
 __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", "betaln",
            "erf", "erfc", "erfinv", "erfcinv", "ndtr", "ndtri", "log_ndtr", "expit", "logit",
@@ -55,16 +55,26 @@ def polygamma(n, x):
     """``scipy.special.polygamma(n, x)``: differentiable in ``x`` (``n`` is an integer order)."""
     if type(x) is not Tracer and type(n) is not Tracer:
         return sc.polygamma(n, x)
-    if type(n) is Tracer:
+    if type(n) is Tracer and not _only_batched(n):
         raise NoDerivativeError("the derivative of scipy.special.polygamma with respect to n")
-    n_arr = np.asarray(n)
-    if n_arr.ndim == 0:
+    n_arr = n if type(n) is Tracer else np.asarray(n)
+    if type(n) is not Tracer and n_arr.ndim == 0:
         return _polygamma(x, n=int(n_arr))
-    # an array of orders: one call per distinct order, selected elementwise
+    # an array of orders (or orders that vary over a vmap batch): one call per distinct order,
+    # selected elementwise
     out = 0.0
-    for k in np.unique(n_arr):
+    for k in np.unique(unbox(n_arr)):
         out = F.where(n_arr == k, _polygamma(x, n=int(k)), out)
     return out
+
+
+def _only_batched(x):
+    """Is ``x`` traced by vmap levels only (integer orders batched by vmap, not differentiated)?"""
+    while type(x) is Tracer:
+        if not x._trace.batched:
+            return False
+        x = x.value
+    return True
 
 
 gamma = defunary(sc.gamma, lambda g, ans, x: g * ans * digamma(x), name="scipy.special.gamma")
@@ -73,12 +83,12 @@ beta = defprim(sc.beta, (lambda g, ans, a, b: unbroadcast(g * ans * (digamma(a) 
                          lambda g, ans, a, b: unbroadcast(g * ans * (digamma(b) - digamma(a + b)), b.shape)),
                name="scipy.special.beta",
                jvp=(lambda t, ans, a, b: t * ans * (digamma(a) - digamma(a + b)),
-                    lambda t, ans, a, b: t * ans * (digamma(b) - digamma(a + b))))
+                    lambda t, ans, a, b: t * ans * (digamma(b) - digamma(a + b))), batch=batch_elementwise)
 betaln = defprim(sc.betaln, (lambda g, ans, a, b: unbroadcast(g * (digamma(a) - digamma(a + b)), a.shape),
                              lambda g, ans, a, b: unbroadcast(g * (digamma(b) - digamma(a + b)), b.shape)),
                  name="scipy.special.betaln",
                  jvp=(lambda t, ans, a, b: t * (digamma(a) - digamma(a + b)),
-                      lambda t, ans, a, b: t * (digamma(b) - digamma(a + b))))
+                      lambda t, ans, a, b: t * (digamma(b) - digamma(a + b))), batch=batch_elementwise)
 
 
 def multigammaln(a, d):
@@ -105,16 +115,16 @@ def _beta_density(a, b, x):
 gammainc = defprim(sc.gammainc, (_no_derivative("gammainc"),
                                  lambda g, ans, a, x: unbroadcast(g * _gamma_density(a, x), x.shape)),
                    jvp=(_no_derivative("gammainc"), lambda t, ans, a, x: t * _gamma_density(a, x)),
-                   name="scipy.special.gammainc")
+                   name="scipy.special.gammainc", batch=batch_elementwise)
 gammaincc = defprim(sc.gammaincc, (_no_derivative("gammaincc"),
                                    lambda g, ans, a, x: unbroadcast(-g * _gamma_density(a, x), x.shape)),
                     jvp=(_no_derivative("gammaincc"), lambda t, ans, a, x: -t * _gamma_density(a, x)),
-                    name="scipy.special.gammaincc")
+                    name="scipy.special.gammaincc", batch=batch_elementwise)
 betainc = defprim(sc.betainc, (_no_derivative("betainc"), _no_derivative("betainc"),
                                lambda g, ans, a, b, x: unbroadcast(g * _beta_density(a, b, x), x.shape)),
                   jvp=(_no_derivative("betainc"), _no_derivative("betainc"),
                        lambda t, ans, a, b, x: t * _beta_density(a, b, x)),
-                  name="scipy.special.betainc")
+                  name="scipy.special.betainc", batch=batch_elementwise)
 
 # --- error function and the normal distribution ----------------------------------------------------
 erf = defunary(sc.erf, lambda g, ans, x: g * (2 / _SQRT_PI) * E.exp(-x * x), name="scipy.special.erf")
@@ -142,17 +152,30 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     if not return_sign:
         return wnn.logsumexp(a, axis=axis, b=b, keepdims=keepdims)
     # with signs: log|sum(b exp(a))| and the sign, shifted by the (constant) maximum
-    plain = np.asarray(unbox(a))
-    m = np.max(plain, axis=axis, keepdims=True) if plain.size else np.zeros((1,) * plain.ndim)
-    m = np.where(np.isfinite(m), m, 0)
+    a = F._as_traced_operand(a)
+    m = _finite_max(a, axis)
     terms = F.exp(a - m) if b is None else b * F.exp(a - m)
     s = F.sum(terms, axis=axis, keepdims=True)
-    sign = np.sign(unbox(s))
+    sign = _sign(s)
     out = F.log(F.abs(s)) + m
     if not keepdims:
-        axes = tuple(range(plain.ndim)) if axis is None else axis
-        out, sign = F.squeeze(out, axis=axes), np.squeeze(sign, axis=axes)
+        axes = tuple(range(len(a.shape))) if axis is None else axis
+        out, sign = F.squeeze(out, axis=axes), F.squeeze(sign, axis=axes)
     return out, sign
+
+
+@nondiff
+def _finite_max(a, axis):
+    """logsumexp's shift: the maximum along ``axis`` (kept), 0 where it is not finite. A constant
+    (no derivative), per example under vmap."""
+    a = np.asarray(a)
+    if not a.size:
+        return np.zeros((1,) * a.ndim)
+    m = np.max(a, axis=axis, keepdims=True)
+    return np.where(np.isfinite(m), m, 0)
+
+
+_sign = nondiff(np.sign)
 
 
 def softmax(x, axis=None):
@@ -178,13 +201,13 @@ xlogy = defprim(sc.xlogy, (lambda g, ans, x, y: unbroadcast(g * E.log(y), x.shap
                            lambda g, ans, x, y: unbroadcast(g * F.where(_nonzero(x), x / y, 0), y.shape)),
                 jvp=(lambda t, ans, x, y: t * E.log(y),
                      lambda t, ans, x, y: t * F.where(_nonzero(x), x / y, 0)),
-                name="scipy.special.xlogy")
+                name="scipy.special.xlogy", batch=batch_elementwise)
 xlog1py = defprim(sc.xlog1py, (lambda g, ans, x, y: unbroadcast(g * E.log1p(y), x.shape),
                                lambda g, ans, x, y: unbroadcast(g * F.where(_nonzero(x), x / (1 + y), 0),
                                                                 y.shape)),
                   jvp=(lambda t, ans, x, y: t * E.log1p(y),
                        lambda t, ans, x, y: t * F.where(_nonzero(x), x / (1 + y), 0)),
-                  name="scipy.special.xlog1py")
+                  name="scipy.special.xlog1py", batch=batch_elementwise)
 entr = defunary(sc.entr, lambda g, ans, x: g * (-1 - E.log(x)), name="scipy.special.entr")
 
 # --- Bessel functions (derivatives in x; the order v is a constant) ------------------------------
@@ -224,7 +247,8 @@ def _bessel(impl, name, d):
     """``f(v, x)`` with derivatives in ``x`` only: ``v`` (the order) is refused in both modes."""
     refuse = _no_derivative(name)
     return defprim(impl, (refuse, lambda g, ans, v, x: unbroadcast(g * d(ans, v, x), x.shape)),
-                   jvp=(refuse, lambda t, ans, v, x: t * d(ans, v, x)), name=f"scipy.special.{name}")
+                   jvp=(refuse, lambda t, ans, v, x: t * d(ans, v, x)), name=f"scipy.special.{name}",
+                   batch=batch_elementwise)
 
 
 iv = _bessel(sc.iv, "iv", _d_iv)

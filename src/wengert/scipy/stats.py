@@ -20,6 +20,7 @@ import scipy.stats as _st
 
 from ..core.errors import NoDerivativeError
 from ..core.trace import Tracer, unbox
+from ..primitives._table import unbox_all
 from ..numpy import _functions as F
 from ..numpy import linalg as _la
 from . import special as S
@@ -39,7 +40,21 @@ def _traced(*args):
 
 
 def _plain(x):
+    """``x`` without the tracers that differentiate it, for masks and conditions. Inside vmap a
+    value batched there stays a batch tracer (its comparisons are per example); the batched
+    array as a plain constant would mix the examples' masks and shapes."""
+    x = unbox_all(x)
+    return x if type(x) is Tracer else np.asarray(x)
+
+
+def _values(x):
+    """``x``'s plain values, for SciPy's argument checks."""
     return np.asarray(unbox(x))
+
+
+def _everywhere(mask):
+    """Does the (plain) ``mask`` hold everywhere? Never assumed for one batched by vmap."""
+    return type(mask) is not Tracer and bool(np.all(mask))
 
 
 def _arr(x):
@@ -47,20 +62,28 @@ def _arr(x):
     return F._as_traced_operand(x)
 
 
+def _nonpositive(*params):
+    """Where any of the parameters is <= 0 (invalid for SciPy: nan there)."""
+    out = _plain(params[0]) <= 0
+    for p in params[1:]:
+        out = F.logical_or(out, _plain(p) <= 0)
+    return out
+
+
 def _nan_where(result, invalid):
     """``result`` with ``nan`` where the (plain, boolean) ``invalid`` holds, as SciPy gives."""
-    if np.any(invalid):
+    if type(invalid) is Tracer or np.any(invalid):
         return F.where(invalid, np.nan, result)
     return result
 
 
 def _safe(x, inside, fill):
     """``x`` where ``inside``, ``fill`` elsewhere, so out-of-support values give no nan gradients."""
-    return x if np.all(inside) else F.where(inside, x, fill)
+    return x if _everywhere(inside) else F.where(inside, x, fill)
 
 
 def _select(inside, value, outside):
-    return value if np.all(inside) else F.where(inside, value, outside)
+    return value if _everywhere(inside) else F.where(inside, value, outside)
 
 
 class _Dist:
@@ -145,13 +168,13 @@ class _T(_Dist):
         half = (df + 1) / 2
         out = (S.gammaln(half) - S.gammaln(df / 2) - 0.5 * F.log(df * np.pi)
                - half * F.log1p(z * z / df) - F.log(scale))
-        return _nan_where(out, (_plain(df) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(out, _nonpositive(df, scale))
 
     def _cdf(self, x, df, loc=0, scale=1):
         z = (_arr(x) - loc) / scale
         tail = 0.5 * S.betainc(df / 2, 0.5, df / (df + z * z))
         out = F.where(_plain(z) < 0, tail, 1 - tail)
-        return _nan_where(out, (_plain(df) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(out, _nonpositive(df, scale))
 
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
@@ -169,19 +192,19 @@ class _Beta(_Dist):
     def _logpdf(self, x, a, b, loc=0, scale=1):
         z = (_arr(x) - loc) / scale
         pz = _plain(z)
-        inside = (pz >= 0) & (pz <= 1)
+        inside = F.logical_and(pz >= 0, pz <= 1)
         zs = _safe(z, inside, 0.5)
         out = S.xlogy(a - 1, zs) + S.xlog1py(b - 1, -zs) - S.betaln(a, b) - F.log(scale)
         out = _select(inside, out, -np.inf)
-        return _nan_where(out, (_plain(a) <= 0) | (_plain(b) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(out, _nonpositive(a, b, scale))
 
     def _cdf(self, x, a, b, loc=0, scale=1):
         z = (_arr(x) - loc) / scale
         pz = _plain(z)
-        inside = (pz > 0) & (pz < 1)
+        inside = F.logical_and(pz > 0, pz < 1)
         out = S.betainc(a, b, _safe(z, inside, 0.5))
         out = _select(inside, out, (pz >= 1).astype(float))
-        return _nan_where(out, (_plain(a) <= 0) | (_plain(b) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(out, _nonpositive(a, b, scale))
 
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
@@ -214,10 +237,10 @@ class _Gamma(_Dist):
     name = "gamma"
 
     def _logpdf(self, x, a, loc=0, scale=1):
-        return _nan_where(_gamma_logpdf(x, a, loc, scale), (_plain(a) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(_gamma_logpdf(x, a, loc, scale), _nonpositive(a, scale))
 
     def _cdf(self, x, a, loc=0, scale=1):
-        return _nan_where(_gamma_cdf(x, a, loc, scale), (_plain(a) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(_gamma_cdf(x, a, loc, scale), _nonpositive(a, scale))
 
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
@@ -232,10 +255,10 @@ class _Chi2(_Dist):
     name = "chi2"
 
     def _logpdf(self, x, df, loc=0, scale=1):
-        return _nan_where(_gamma_logpdf(x, df / 2, loc, 2 * scale), (_plain(df) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(_gamma_logpdf(x, df / 2, loc, 2 * scale), _nonpositive(df, scale))
 
     def _cdf(self, x, df, loc=0, scale=1):
-        return _nan_where(_gamma_cdf(x, df / 2, loc, 2 * scale), (_plain(df) <= 0) | (_plain(scale) <= 0))
+        return _nan_where(_gamma_cdf(x, df / 2, loc, 2 * scale), _nonpositive(df, scale))
 
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
@@ -285,7 +308,7 @@ class _Dirichlet(_Dist):
     name = "dirichlet"
 
     def _logpdf(self, x, alpha):
-        self._scipy("logpdf", _plain(x), _plain(alpha))  # SciPy's checks and errors
+        self._scipy("logpdf", _values(x), _values(alpha))  # SciPy's checks and errors
         x, alpha = _arr(x), _arr(alpha)
         k = alpha.shape[0]
         if x.shape[0] == k - 1:  # SciPy completes x with 1 - sum(x)
@@ -306,8 +329,8 @@ class _MultivariateNormal(_Dist):
     name = "multivariate_normal"
 
     def _logpdf(self, x, mean=None, cov=1, allow_singular=False):
-        plain_mean = None if mean is None else _plain(mean)
-        self._scipy("logpdf", _plain(x), plain_mean, _plain(cov), allow_singular)  # SciPy's checks
+        plain_mean = None if mean is None else _values(mean)
+        self._scipy("logpdf", _values(x), plain_mean, _values(cov), allow_singular)  # SciPy's checks
         cov = _arr(cov)
         if mean is None:
             dim = 1 if cov.ndim == 0 else cov.shape[0]
