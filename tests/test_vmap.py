@@ -467,3 +467,35 @@ def test_user_code_cannot_swallow_the_fused_abort():
         warnings.simplefilter("error")
         out = wg.vmap(wg.vmap(inner))(x)
     np.testing.assert_array_equal(out, np.concatenate([x, x], axis=-1))
+
+
+# --- every primitive has a batching rule ------------------------------------------------------------
+TAPE_ONLY = {"setitem", "buffer_snapshot"}  # recorded only by in-place writes and Buffer on a tape;
+# under vmap those write functionally (scatter_set) instead
+
+
+def test_every_primitive_has_a_batching_rule():
+    import wengert.nn  # noqa: F401
+    import wengert.numpy.fft  # noqa: F401
+    import wengert.scipy.linalg  # noqa: F401
+    import wengert.scipy.signal  # noqa: F401
+    import wengert.scipy.special  # noqa: F401
+    import wengert.scipy.stats  # noqa: F401
+    from wengert.primitives._table import PRIMITIVES
+    from wengert.transforms import batching
+    missing = sorted(name for name, p in PRIMITIVES.items()
+                     if name not in TAPE_ONLY and p.batch is None and p not in batching.RULES)
+    assert not missing, f"primitives without a batching rule: {missing}"
+
+
+def test_integer_casts_and_counts_keep_the_batch():
+    """Functions that read values without differentiating them must not read the whole batch as one
+    example (a silently wrong answer)."""
+    x = np.array([[0.0, 1.0, 2.0], [0.0, 0.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(wg.vmap(lambda r: r.astype(int) == 1)(x), x.astype(int) == 1)
+        np.testing.assert_array_equal(wg.vmap(lambda r: wnp.astype(r, np.int32) * 2)(x), x.astype(np.int32) * 2)
+        np.testing.assert_allclose(wg.vmap(lambda r: wnp.linalg.norm(r, 0))(x), [2.0, 1.0])
+        grads = wg.vmap(wg.grad(lambda r: wnp.sum(r * r.astype(int))))(x + 0.5)
+    np.testing.assert_allclose(grads, (x + 0.5).astype(int))

@@ -684,10 +684,18 @@ def astype(x, dtype, /, *, copy=True, device=None):
         return np.asarray(x).astype(dtype, copy=copy)
     dtype = np.dtype(dtype)
     if not np.issubdtype(dtype, np.inexact):
-        return unbox(x).astype(dtype)
+        return _cast_without_gradient(x, dtype=dtype)
     if dtype == x.dtype:
         return x
     return S.astype(x, dtype=dtype)
+
+
+def _cast(x, dtype):
+    return np.asarray(x).astype(dtype)
+
+
+_cast.elementwise = True   # vmap casts the whole batch at once (transforms/batching.py)
+_cast_without_gradient = nondiff(_cast)
 
 
 def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):  # noqa: A002

@@ -239,7 +239,9 @@ def _vector_norm(x, ord, axis, keepdims):  # noqa: A002 - NumPy's name
     if ord == -_np.inf:
         return _F.min(_F.abs(x), axis=axis, keepdims=keepdims)
     if ord == 0:
-        return _npl.norm(_unbox(x), ord=0, axis=axis, keepdims=keepdims)
+        # the count of non-zeros, as NumPy computes it (traced values keep vmap's batch; no gradient)
+        return _F.sum(_F.astype(x != 0, _np.zeros((), _np.result_type(_unbox(x))).real.dtype), axis=axis,
+                      keepdims=keepdims)
     if ord == 1:
         return _F.sum(_F.abs(x), axis=axis, keepdims=keepdims)
     return _L.pnorm(x, ord=ord, axis=axis, keepdims=keepdims)

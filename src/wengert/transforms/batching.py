@@ -518,7 +518,8 @@ def _nondiff_batched(call, fn, args, kwargs):
     kw_pairs = {k: _at_level(v, trace) for k, v in kwargs.items()}
     size = trace.size
     nb = trace.nb
-    if (isinstance(fn, np.ufunc) or fn in _ELEMENTWISE_PLAIN) and not any(b for _, b in kw_pairs.values()):
+    if (isinstance(fn, np.ufunc) or fn in _ELEMENTWISE_PLAIN or getattr(fn, "elementwise", False)) \
+            and not any(b for _, b in kw_pairs.values()):
         rank = max((_ndim(v) - nb * b for v, b in pairs), default=0)
         new = [_pad_at(v, nb, rank - (_ndim(v) - nb)) if b else v for v, b in pairs]
         out = call(*new, **{k: v for k, (v, _) in kw_pairs.items()})
