@@ -6,6 +6,8 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 
+from no_warnings import no_warnings
+
 @pytest.fixture(autouse=True)
 def own_jvp_rules(monkeypatch):
     """Forward mode must run the FFT primitives' own (linear) JVP rules, not the transposed-VJP fallback."""
@@ -113,20 +115,6 @@ def test_jvp_is_the_transform_of_the_tangent():
 
 
 # --- vmap ------------------------------------------------------------------------------------------
-class _NoWarnings:
-    """Asserts that the block emits no warning (vmap warns when it loops over the examples)."""
-
-    def __enter__(self):
-        import warnings
-        self._catcher = warnings.catch_warnings(record=True)
-        self._caught = self._catcher.__enter__()
-        warnings.simplefilter("always")
-
-    def __exit__(self, *exc):
-        self._catcher.__exit__(*exc)
-        assert not [str(w.message) for w in self._caught]
-
-
 _VMAP_CASES = [("fft", {}), ("ifft", {"n": 7, "axis": 0, "norm": "ortho"}), ("rfft", {"n": 6, "norm": "forward"}),
                ("irfft", {"n": 8, "axis": 0}), ("fftn", {"s": (4, 3), "axes": (1, 0)}), ("ifft2", {}),
                ("rfftn", {"axes": (0, 1)}), ("irfftn", {"s": (3, 6), "axes": (0, 1), "norm": "ortho"}), ("fftshift", {"axes": 1})]
@@ -144,7 +132,7 @@ def test_vmap_equals_a_loop_without_warnings(name, kw):
     w = rng.normal(size=5)
     f = lambda x, w: getattr(wnp.fft, name)(x * w, **kw)  # noqa: E731
     expected = np.stack([getattr(np.fft, name)(xs[:, i] * w, **kw) for i in range(4)])
-    with _NoWarnings():
+    with no_warnings():
         got = wg.vmap(f, in_axes=(1, None))(xs, w)
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
@@ -158,7 +146,7 @@ def test_vmap_gradients_match_finite_differences(name, kw):
     def loss(xs, w):
         spectra = wg.vmap(lambda x: getattr(wnp.fft, name)(x * w, **kw), in_axes=1)(xs)
         return wnp.sum(wnp.abs(spectra) ** 2)
-    with _NoWarnings():
+    with no_warnings():
         wg.check_grads(loss, (xs, w), modes=("fwd", "rev"))
 
 
@@ -168,7 +156,7 @@ def test_vmap_gradients_match_finite_differences(name, kw):
                          ids=["fft-power", "rfft-irfft", "fftn-ifft2"])
 def test_jacfwd_batches_the_tangents_without_warnings(f):
     x = np.random.default_rng(9).normal(size=(3, 4))
-    with _NoWarnings():
+    with no_warnings():
         forward = wg.jacfwd(f)(x)
     np.testing.assert_allclose(forward, wg.jacobian(f)(x), atol=1e-10)
 
@@ -177,7 +165,7 @@ def test_nested_vmap_equals_a_double_loop():
     rng = np.random.default_rng(10)
     zs = _complex(rng, (2, 3, 6))
     xs = _real(rng, (5, 2, 4))
-    with _NoWarnings():
+    with no_warnings():
         got_c2c = wg.vmap(wg.vmap(lambda z: wnp.fft.ifft(z, n=4, norm="ortho")))(zs)
         got_r2c = wg.vmap(wg.vmap(lambda x: wnp.fft.rfft(x, n=6)), in_axes=2)(xs)
     np.testing.assert_allclose(got_c2c, np.stack([np.stack([np.fft.ifft(z, n=4, norm="ortho") for z in row])

@@ -1,7 +1,6 @@
 """vmap of the write primitives scatter_set and scatter_multiply (``x.at[idx].set/multiply/min/max``,
 ``x[idx] = v`` and Buffer writes under forward mode): one write into the stack at ``(:, *idx)``,
 equal to a loop over the examples, with no per-example loop warning."""
-import warnings
 
 import numpy as np
 import pytest
@@ -9,18 +8,7 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 
-
-class _NoWarnings:
-    """Asserts that the block emits no warning (vmap warns when it loops over the examples)."""
-
-    def __enter__(self):
-        self._catcher = warnings.catch_warnings(record=True)
-        self._caught = self._catcher.__enter__()
-        warnings.simplefilter("always")
-
-    def __exit__(self, *exc):
-        self._catcher.__exit__(*exc)
-        assert not [str(w.message) for w in self._caught]
+from no_warnings import no_warnings
 
 
 _NUMPY_UPDATE = {"set": lambda old, v: v + 0 * old, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}
@@ -53,7 +41,7 @@ def test_vmap_equals_a_loop_without_warnings(update, index_name):
     vs = rng.normal(size=v_shape + (5,))  # v batched on its last axis
     f = lambda x, v: getattr(wg.at(x)[index], update)(v)  # noqa: E731
     x_examples, v_examples = np.moveaxis(xs, 1, 0), np.moveaxis(vs, -1, 0)
-    with _NoWarnings():
+    with no_warnings():
         both = wg.vmap(f, in_axes=(1, -1))(xs, vs)
         x_only = wg.vmap(f, in_axes=(1, None))(xs, v_examples[0])
         v_only = wg.vmap(f, in_axes=(None, -1))(x_examples[0], vs)
@@ -72,7 +60,7 @@ def test_gradients_through_vmap_match_finite_differences(update, index_name):
     def loss(xs, vs, w):
         written = wg.vmap(lambda x, v: getattr(wg.at(x)[index], update)(v * w), in_axes=(1, 0))(xs, vs)
         return wnp.sum(wnp.sin(written))
-    with _NoWarnings():
+    with no_warnings():
         wg.check_grads(loss, (xs, vs, w), modes=("fwd", "rev"))
 
 
@@ -97,7 +85,7 @@ def _buffer(x):
                          ids=["at-set", "at-multiply", "at-max", "setitem", "Buffer"])
 def test_jacfwd_equals_jacobian_without_warnings(f):
     x = np.random.default_rng(2).normal(size=(3, 2))
-    with _NoWarnings():
+    with no_warnings():
         forward = wg.jacfwd(f)(x)
     np.testing.assert_allclose(forward, wg.jacobian(f)(x), atol=1e-12)
 
@@ -106,7 +94,7 @@ def test_nested_vmap_equals_a_double_loop():
     rng = np.random.default_rng(3)
     xs, vs = rng.normal(size=(2, 3, 4, 3)), rng.normal(size=(3, 2))
     f = lambda x, v: wg.at(wg.at(x)[np.array([0, 3]), 1:].set(v))[2].multiply(v[0])  # noqa: E731
-    with _NoWarnings():
+    with no_warnings():
         got = wg.vmap(wg.vmap(f, in_axes=(0, 0)), in_axes=(0, None))(xs, vs)
     expected = np.empty_like(xs)
     for i in range(2):

@@ -1,7 +1,6 @@
 """vmap of scipy.signal.convolve/correlate: one batched operand is one (n+1)-d SciPy convolution,
 two batched operands one gather and einsum; each equals a loop over the examples, with no
 per-example loop warning, and differentiates in both modes."""
-import warnings
 
 import numpy as np
 import pytest
@@ -11,18 +10,7 @@ import wengert as wg
 import wengert.numpy as wnp
 from wengert.scipy import signal as wsig
 
-
-class _NoWarnings:
-    """Asserts that the block emits no warning (vmap warns when it loops over the examples)."""
-
-    def __enter__(self):
-        self._catcher = warnings.catch_warnings(record=True)
-        self._caught = self._catcher.__enter__()
-        warnings.simplefilter("always")
-
-    def __exit__(self, *exc):
-        self._catcher.__exit__(*exc)
-        assert not [str(w.message) for w in self._caught]
+from no_warnings import no_warnings
 
 
 def _operands(rng, shape, batch, complex_):
@@ -46,7 +34,7 @@ def test_vmap_equals_a_loop_without_warnings(name, mode, shapes, batched):
     ones1, ones2 = in1[..., 0], in2[0]
     f = lambda a, b: getattr(wsig, name)(a, b, mode=mode)  # noqa: E731
     ref = lambda a, b: getattr(sig, name)(a, b, mode=mode)  # noqa: E731
-    with _NoWarnings():
+    with no_warnings():
         if batched == "in1":
             got, expected = wg.vmap(f, in_axes=(-1, None))(in1, ones2), [ref(in1[..., i], ones2) for i in range(4)]
         elif batched == "in2":
@@ -66,7 +54,7 @@ def test_gradients_through_vmap_match_finite_differences(mode, batched):
     def loss(in1, in2):
         out = wg.vmap(lambda a, b: wsig.convolve(wnp.sin(a), b, mode=mode), in_axes=batched)(in1, in2)
         return wnp.sum(out ** 2)
-    with _NoWarnings():
+    with no_warnings():
         wg.check_grads(loss, (in1, in2), modes=("fwd", "rev"))
 
 
@@ -77,7 +65,7 @@ def test_gradients_through_vmap_match_finite_differences(mode, batched):
 def test_jacfwd_equals_jacobian_without_warnings(f):
     """jacfwd batches the tangent against the unbatched primal (one operand batched)."""
     a = np.random.default_rng(2).normal(size=6)
-    with _NoWarnings():
+    with no_warnings():
         forward = wg.jacfwd(f)(a)
     np.testing.assert_allclose(forward, wg.jacobian(f)(a), atol=1e-12)
 
@@ -85,7 +73,7 @@ def test_jacfwd_equals_jacobian_without_warnings(f):
 def test_nested_vmap_equals_a_double_loop():
     rng = np.random.default_rng(3)
     signals, kernels = rng.normal(size=(2, 3, 7)), rng.normal(size=(3, 2))
-    with _NoWarnings():
+    with no_warnings():
         shared = wg.vmap(wg.vmap(lambda a, k: wsig.convolve(a, k, mode="same"), in_axes=(0, 0)),
                          in_axes=(0, None))(signals, kernels)
         pairwise = wg.vmap(wg.vmap(wsig.correlate, in_axes=(None, 0)), in_axes=(0, None))(signals[0], kernels)
@@ -100,7 +88,7 @@ def test_two_batched_operands_sum_exactly_and_large_ones_loop(monkeypatch):
     that window tensor vmap loops over the examples, with its warning."""
     rng = np.random.default_rng(4)
     a, b = rng.integers(-5, 5, size=(3, 6)), rng.integers(-5, 5, size=(3, 4))
-    with _NoWarnings():
+    with no_warnings():
         got = wg.vmap(wsig.convolve)(a, b)
     expected = np.stack([sig.convolve(x, y) for x, y in zip(a, b)])
     assert got.dtype == expected.dtype

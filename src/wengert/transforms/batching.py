@@ -890,7 +890,7 @@ def _dot_as_matmul(ops, subs, lead):
     a0, a1 = s0[len(common):], s1[len(common):]
     if s0[:len(common)] != common or s1[:len(common)] != common or len(a0) > 1 or len(a1) > 1:
         return None
-    S, C = _prims()[3], _prims()[0]
+    C = _prims()[0]
     x, y = ops
     if lead == common + a0 + a1:
         first, second, ex_first, ex_second = x, y, a0, a1
@@ -907,7 +907,6 @@ def _dot_as_matmul(ops, subs, lead):
     if not ex_first:   # (X, k) -> (X, 1, k)
         sh = tuple(_shape(first))
         first = _reshape(first, shape=sh[:k] + (1,) + sh[k:])
-    nd = _ndim(second)
     if ex_second:      # (X, B, k) -> (X, k, B)
         second = _transpose(second, axes=tuple(range(k)) + (k + 1, k))
     else:              # (X, k) -> (X, k, 1)
