@@ -41,15 +41,23 @@ def _small(shape):
     return size <= 4096
 
 
+# The array methods are NumPy's functions without their dispatch layer: the same results in half
+# the time on small arrays, where every operation's fixed cost counts.
 def _sum(x, axis=None, keepdims=False):
+    if type(x) is np.ndarray:
+        return x.sum(axis=axis, keepdims=keepdims)
     return np.sum(x, axis=axis, keepdims=keepdims)
 
 
 def _max(x, axis=None, keepdims=False):
+    if type(x) is np.ndarray:
+        return x.max(axis=axis, keepdims=keepdims)
     return np.max(x, axis=axis, keepdims=keepdims)
 
 
 def _min(x, axis=None, keepdims=False):
+    if type(x) is np.ndarray:
+        return x.min(axis=axis, keepdims=keepdims)
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
