@@ -499,3 +499,71 @@ def test_integer_casts_and_counts_keep_the_batch():
         np.testing.assert_allclose(wg.vmap(lambda r: wnp.linalg.norm(r, 0))(x), [2.0, 1.0])
         grads = wg.vmap(wg.grad(lambda r: wnp.sum(r * r.astype(int))))(x + 0.5)
     np.testing.assert_allclose(grads, (x + 0.5).astype(int))
+
+
+# --- per-example gradients over several batch axes: vmap(vmap(grad(f))) --------------------------
+def _cos(u, v):
+    return wnp.dot(u, v) / (wnp.sqrt(wnp.sum(u ** 2)) * wnp.sqrt(wnp.sum(v ** 2)))
+
+
+def test_vmap_of_vmap_of_grad_is_one_batched_gradient():
+    rng = np.random.default_rng(11)
+    b, a = rng.standard_normal((6, 4)), rng.standard_normal((6, 3))
+    calls = []
+
+    def cos(u, v):
+        calls.append(1)
+        return _cos(u, v)
+
+    both = wg.grad(cos, argnums=(0, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = wg.vmap(wg.vmap(both, in_axes=(1, None), out_axes=1), in_axes=(None, 1), out_axes=-1)(b, a)
+    assert len(calls) == 1   # one batched run, not one per pair
+    for k in range(2):
+        expected = np.stack([np.stack([wg.grad(_cos, argnums=(0, 1))(b[:, i], a[:, j])[k] for i in range(4)], axis=1)
+                             for j in range(3)], axis=-1)
+        np.testing.assert_allclose(g[k], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_three_levels_of_per_example_gradients_with_pytree_parameters_under_grad():
+    rng = np.random.default_rng(12)
+    params = {"w": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+    xs = rng.standard_normal((2, 3, 4, 3))   # levels on axes 0, 2 and 1 (the innermost)
+
+    def loss(p, x):
+        return wnp.sum(wnp.tanh(x @ p["w"] + p["b"]) ** 2)
+
+    per_example = wg.vmap(wg.vmap(wg.vmap(wg.grad(loss), in_axes=(None, 0)), in_axes=(None, 1)),
+                          in_axes=(None, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = per_example(params, xs)
+    expected = [[[wg.grad(loss)(params, xs[i, k, j]) for k in range(3)] for j in range(4)] for i in range(2)]
+    for key in params:
+        np.testing.assert_allclose(g[key], np.array([[[e[key] for e in row] for row in plane] for plane in expected]),
+                                   rtol=1e-12, atol=1e-12)
+
+    def penalty(p):
+        return wnp.sum(per_example(p, xs)["b"] ** 2)
+
+    def penalty_loop(p):
+        return sum(wnp.sum(wg.grad(loss)(p, xs[i, k, j])["b"] ** 2)
+                   for i in range(2) for j in range(4) for k in range(3))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outer = wg.grad(penalty)(params)
+    reference = wg.grad(penalty_loop)(params)
+    for key in params:
+        np.testing.assert_allclose(outer[key], reference[key], rtol=1e-10)
+
+
+def test_nested_per_example_gradients_keep_the_errors_of_grad_and_vmap():
+    x = np.ones((3, 4, 2))
+    with pytest.raises(wg.NonScalarOutputError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wg.vmap(wg.vmap(wg.grad(lambda v: v * 2)))(x)
+    with pytest.raises(ValueError, match="inconsistent batch sizes"):
+        wg.vmap(wg.vmap(wg.grad(lambda u, v: wnp.sum(u * v))), in_axes=(0, 1))(x, x)

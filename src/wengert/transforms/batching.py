@@ -1096,6 +1096,7 @@ def vmap(f, in_axes=0, out_axes=0):
     many = isinstance(in_axes, (tuple, list))
     fixed_axes = tuple(in_axes) if many else None
     spec = getattr(f, "_wengert_grad", None)   # set by grad when it makes f
+    nested = getattr(f, "_wengert_per_example", None)   # set below when f is itself vmap(... grad ...)
     fusing = [True]   # False once a fused run of f failed
 
     @functools.wraps(f)
@@ -1139,6 +1140,10 @@ def vmap(f, in_axes=0, out_axes=0):
             done = _per_example_grad(spec[1], spec[2], flat, size, out_axes)
             if done is not None:
                 return done[0]
+        if nested is not None and nested[0] is f:
+            done = _nested_per_example_grad(nested[1], nested[2], ((in_axes, out_axes),) + nested[3], args)
+            if done is not None:
+                return done[0]
         top = _OPEN[-1] if _OPEN else None
         if FUSE and fusing[0] and top is not None and top.level == _depth[0] and top.alive \
                 and _fusable(flat, top):
@@ -1161,6 +1166,13 @@ def vmap(f, in_axes=0, out_axes=0):
                       f"(a Python loop over {size})", stacklevel=2)
         return _run_loop(f, flat, size, out_axes)
 
+    # vmap of vmap(grad(g)) (per-example gradients over several batch axes) is recognized as one
+    # gradient too; functools.wraps copied f's attributes, so the owner is recorded with the spec
+    if isinstance(out_axes, (int, np.integer)):
+        if spec is not None and spec[0] is f:
+            vmapped._wengert_per_example = (vmapped, spec[1], spec[2], ((in_axes, out_axes),))
+        elif nested is not None and nested[0] is f:
+            vmapped._wengert_per_example = (vmapped, nested[1], nested[2], ((in_axes, out_axes),) + nested[3])
     return vmapped
 
 
@@ -1204,6 +1216,87 @@ def _per_example_grad(f, argnums, flat, size, out_axes):
     moved = tree.map(lambda g: g if out_axes == 0 else _move(g, 0, out_axes % max(1, _ndim(g))), grads) \
         if isinstance(out_axes, (int, np.integer)) else _finish_batched(grads, out_axes)
     return (moved,)
+
+
+def _nested_per_example_grad(f, argnums, levels, args):
+    """``vmap(vmap(grad(f), in_1, out_1), in_0, out_0)`` (any depth; ``levels`` outermost first) as
+    one gradient: each level's batch axis is moved to the front of every leaf it maps, the
+    differentiated arguments are broadcast along the levels that do not map them (every example
+    gets its own copy), and the gradient of the sum over all examples of the nested vmap of ``f``
+    (in_axes 0 or None) holds each example's gradient; each level's out_axes is applied last,
+    innermost first. Returns ``(result,)``, or None for the general path."""
+    from .. import numpy as wnp
+    from .reverse import _normalize_argnums, grad
+    nums, many = _normalize_argnums(argnums, len(args), f)
+    flat = [tree.flatten(a) for a in args]
+    current = [list(leaves) for leaves, _ in flat]
+    lead = [[0] * len(leaves) for leaves, _ in flat]   # level axes already in front of each leaf
+    level_axes, sizes = [], []
+    for in_axes, out_axes in levels:
+        if not isinstance(out_axes, (int, np.integer)):
+            return None
+        per_arg = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(per_arg) != len(args):
+            return None
+        axes = [_axes_for(per_arg[n], args[n], f"in_axes[{n}]")[1] for n in range(len(args))]
+        size = None
+        for n, leaf_axes in enumerate(axes):
+            for i, ax in enumerate(leaf_axes):
+                if ax is None:
+                    continue
+                shape = _shape(current[n][i])[lead[n][i]:]
+                if not shape:
+                    return None
+                ax = ax % len(shape)
+                if size is None:
+                    size = shape[ax]
+                elif shape[ax] != size:
+                    return None
+                current[n][i] = _move(current[n][i], lead[n][i] + ax, lead[n][i])
+        if size is None:
+            return None
+        this_level = []
+        for n, leaf_axes in enumerate(axes):
+            mapped = []
+            for i, ax in enumerate(leaf_axes):
+                if ax is None and n in nums:
+                    x = current[n][i]
+                    sh = tuple(_shape(x))
+                    k = lead[n][i]
+                    x = wnp.reshape(x, sh[:k] + (1,) + sh[k:]) if type(x) is Tracer else np.reshape(x, sh[:k] + (1,) + sh[k:])
+                    full = sh[:k] + (size,) + sh[k:]
+                    current[n][i] = wnp.broadcast_to(x, full) if type(x) is Tracer else np.broadcast_to(x, full)
+                    ax = 0
+                if ax is not None:
+                    lead[n][i] += 1
+                    ax = 0
+                mapped.append(ax)
+            this_level.append(_AxesLeaves(flat[n][1], mapped).tree())
+        level_axes.append(tuple(this_level))
+        sizes.append(size)
+    batched_f = f
+    for axes in reversed(level_axes):
+        batched_f = vmap(batched_f, in_axes=axes)
+    new_args = [tree.unflatten(treedef, leaves) for (_, treedef), leaves in zip(flat, current)]
+    checked = []
+
+    def total(*a):
+        out = batched_f(*a)
+        if tree.flatten(out)[1] != tree.LEAF or tuple(_shape(out)) != tuple(sizes):
+            checked.append(False)
+            return wnp.sum(out) * 0.0
+        return wnp.sum(out)
+
+    grads = grad(total, argnums=nums if many else nums[0])(*new_args)
+    if checked:
+        return None
+
+    def place(g):
+        for k in range(len(levels) - 1, -1, -1):
+            g = _move(g, k, k + levels[k][1] % (_ndim(g) - k))
+        return g
+
+    return (tree.map(place, grads),)
 
 
 class _AxesLeaves:
