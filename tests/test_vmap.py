@@ -382,7 +382,8 @@ def test_unfusable_inner_run_falls_back_to_its_own_level(monkeypatch):
     np.testing.assert_allclose(out, np.stack([np.stack([inner(x[i][:, k]) for k in range(2)]) for i in range(3)]))
     assert counts["unfused"] == 1
     idx = np.array([[0, 1], [1, 0], [0, 0]])
-    out = wg.vmap(lambda r, i: wg.vmap(lambda v: v[i])(r))(x, idx)
+    with pytest.warns(UserWarning, match="indexing with indices batched elsewhere"):
+        out = wg.vmap(lambda r, i: wg.vmap(lambda v: v[i])(r))(x, idx)
     np.testing.assert_allclose(out, np.stack([x[k][:, idx[k]] for k in range(3)]))
     from wengert.transforms import batching
     f = wg.vmap(lambda r: wg.vmap(lambda v: v * 2.0, out_axes=None)(r))
