@@ -568,3 +568,21 @@ def test_nested_per_example_gradients_keep_the_errors_of_grad_and_vmap():
             wg.vmap(wg.vmap(wg.grad(lambda v: v * 2)))(x)
     with pytest.raises(ValueError, match="inconsistent batch sizes"):
         wg.vmap(wg.vmap(wg.grad(lambda u, v: wnp.sum(u * v))), in_axes=(0, 1))(x, x)
+
+
+@pytest.mark.parametrize("reduce", [lambda v: wnp.max(v), lambda v: wnp.max(v, axis=0),
+                                    lambda v: wnp.min(v, axis=1, keepdims=True)],
+                         ids=["max", "max axis 0", "min axis 1 keepdims"])
+def test_vmap_of_jvp_through_extrema_with_ties(reduce):
+    """Tied elements share the tangent; the shares are found per example, with as many examples
+    as rows, so that the batch axis cannot pass for the reduced one."""
+    rng = np.random.default_rng(13)
+    x, t = rng.standard_normal((3, 3, 4)), rng.standard_normal((3, 3, 4))
+    x[0, 1] = x[0, 0]
+    x[2, :, 1] = x[2, 0, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(lambda a, b: wg.jvp(reduce, (a,), (b,))[1])(x, t)
+        grads = wg.vmap(wg.grad(lambda a: wnp.sum(reduce(a) ** 2)))(x)
+    np.testing.assert_allclose(out, np.stack([wg.jvp(reduce, (a,), (b,))[1] for a, b in zip(x, t)]), rtol=1e-12)
+    np.testing.assert_allclose(grads, np.stack([wg.grad(lambda a: wnp.sum(reduce(a) ** 2))(a) for a in x]), rtol=1e-12)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
-from ._table import defprim
+from ._table import defprim, nondiff
 
 
 def _axes(axis, ndim):
@@ -63,10 +63,20 @@ def _min(x, axis=None, keepdims=False):
 
 def _tie_shares(ans, x, axis, keepdims):
     """1/count at the elements equal to their lane's extremum, 0 elsewhere (a constant)."""
-    plain_x = unbox(x)
-    selected = plain_x == _expand_to(unbox(ans), plain_x.shape, axis, keepdims)
+    dtype = np.result_type(unbox(x), np.float16)
+    if type(x) is Tracer or type(ans) is Tracer:
+        # traced (inside vmap, the values carry batch axes that ``axis`` does not count): the same
+        # steps as primitives, which shift the axes; the comparison makes the shares constants
+        from .shape import astype
+        selected = _equal(x, _expand_to(ans, x.shape, axis, keepdims))
+        count = sum_(selected, axis=axis, keepdims=True)
+        return astype(selected / count, dtype=dtype)
+    selected = x == _expand_to(ans, x.shape, axis, keepdims)
     count = np.sum(selected, axis=axis, keepdims=True)
-    return (selected / count).astype(np.result_type(plain_x, np.float16), copy=False)
+    return (selected / count).astype(dtype, copy=False)
+
+
+_equal = nondiff(np.equal)
 
 
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
