@@ -1,4 +1,5 @@
-"""A two-minute tour of wengert: grad, value_and_grad over a dict of parameters, check_grads."""
+"""A two-minute tour of wengert: grad, value_and_grad over a dict of parameters, check_grads, per-example
+gradients with vmap, and forward mode (jvp, hvp, hessian)."""
 import numpy as np
 
 import wengert as wg
@@ -23,3 +24,12 @@ print("loss:", value, "| gradient shapes:", {k: g.shape for k, g in grads.items(
 # 3. check_grads: first and second derivatives against finite differences (raises on mismatch)
 wg.check_grads(loss, (params, xs, ys), order=2)
 print("check_grads(order=2): ok")
+
+# 4. a kernel for one example, run over a batch with vmap: per-example gradients in one batched pass
+per_example = wg.vmap(wg.grad(loss), in_axes=(None, 0, 0))(params, xs[:, None], ys[:, None])
+print("per-example gradient of w:", per_example["w"].shape)   # (8, 3, 1): one gradient per example
+
+# 5. forward mode: a Jacobian-vector product, a Hessian-vector product, a whole Hessian
+_, tangent = wg.jvp(f, (x,), (np.ones_like(x),))
+print("jvp:", tangent, "= sum(sin(2x)):", np.sin(2 * x).sum())
+print("hvp:", wg.hvp(f, (x,), (np.ones_like(x),)), "\nhessian diagonal:", np.diag(wg.hessian(f)(x)))
