@@ -6,6 +6,7 @@ against finite differences along random directions.
 from __future__ import annotations
 
 import collections
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 
-from test_numpy_grads import CASE_IDS, CASES, SECOND_ORDER, draw
+from test_numpy_grads import CASE_IDS, CASES, SECOND_ORDER, Arg, draw, rng_for
 
 
 TAPE_ONLY = {"setitem", "buffer_snapshot"}  # recorded only by in-place writes and Buffer on a tape;
@@ -549,3 +550,117 @@ def test_elementwise_jacfwd_and_hessian(own_elementwise_rules):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     s = lambda x: wnp.sum(f(x, y))  # noqa: E731
     np.testing.assert_allclose(wg.hessian(s)(x), wg.jacobian(wg.grad(s))(x), rtol=1e-10, atol=1e-12)
+
+
+# --- vmap of jvp with batched primals: the rules' constants are per example ------------------------
+# rows whose batched run needs vmap's per-example loop whatever the rules do
+NOT_BATCHABLE = {
+    "x[x > 0]": "ragged: the result's size depends on each example's values",
+    "roll flat": "vmap has no batching rule for roll with axis=None (transforms/batching.py's roll_rule)",
+}
+
+
+def _batched_jvp_examples(name, count=3):
+    """``count`` examples of a table row (primals and tangents for its array arguments) and the
+    row's function of those arguments alone (the other arguments fixed)."""
+    fn, specs = CASES[name]
+    rng = rng_for(name)
+    positions = [i for i, s in enumerate(specs) if isinstance(s, Arg)]
+    primals = [[specs[i].draw(rng) for i in positions] for _ in range(count)]
+    tangents = [[specs[i].draw(rng) for i in positions] for _ in range(count)]
+
+    def f(*xs):
+        full = list(specs)
+        for i, x in zip(positions, xs):
+            full[i] = x
+        return fn(*full)
+    return f, primals, tangents
+
+
+def _assert_stacked(out, refs):
+    leaves, treedef = wg.tree.flatten(out)
+    assert treedef == wg.tree.flatten(refs[0])[1]
+    for k, leaf in enumerate(leaves):
+        expected = np.stack([np.asarray(wg.tree.flatten(r)[0][k]) for r in refs])
+        assert np.shape(leaf) == expected.shape
+        np.testing.assert_allclose(leaf, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", [n for n in CASE_IDS if n not in NOT_BATCHABLE])
+def test_vmap_of_jvp_with_batched_primals_every_table_row(name):
+    f, primals, tangents = _batched_jvp_examples(name)
+    n = len(primals[0])
+    refs = [wg.jvp(f, tuple(p), tuple(t))[1] for p, t in zip(primals, tangents)]
+    stacked = [np.stack([p[i] for p in primals]) for i in range(n)] + \
+              [np.stack([t[i] for t in tangents]) for i in range(n)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no per-example fallback
+        out = wg.vmap(lambda *a: wg.jvp(f, a[:n], a[n:])[1])(*stacked)
+    _assert_stacked(out, refs)
+
+
+def _vmap_jvp_no_loop(f, xs, ts):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(lambda *a: wg.jvp(f, a[:len(xs)], a[len(xs):])[1])(*xs, *ts)
+    _assert_stacked(out, [wg.jvp(f, tuple(x[i] for x in xs), tuple(t[i] for t in ts))[1]
+                          for i in range(len(xs[0]))])
+    return out
+
+
+@pytest.mark.parametrize("fn", [wnp.abs, wnp.fabs, wg.nn.relu], ids=["abs", "fabs", "relu"])
+def test_vmap_of_jvp_at_the_kink(fn):
+    """One example with zeros, one without: each example's tangent uses its own sign mask."""
+    xs = np.array([[0.0, -2.0, 3.0], [1.0, 0.0, -1.0], [-1.0, -2.0, 0.5]])
+    ts = np.array([[5.0, 1.0, 2.0], [3.0, 4.0, 6.0], [1.0, 1.0, 1.0]])
+    out = _vmap_jvp_no_loop(fn, [xs], [ts])
+    slope = np.sign(xs) if fn is not wg.nn.relu else (xs > 0)
+    np.testing.assert_array_equal(out, ts * slope)
+
+
+def test_vmap_of_jvp_maximum_ties_per_example():
+    xs = np.array([[1.0, 2.0], [3.0, 0.0], [2.0, 2.0]])
+    ys = np.array([[1.0, 5.0], [0.0, 0.0], [2.0, 1.0]])
+    tx, ty = np.full((3, 2), 4.0), np.full((3, 2), 2.0)
+    out = _vmap_jvp_no_loop(wnp.maximum, [xs, ys], [tx, ty])
+    np.testing.assert_array_equal(out, np.where(xs == ys, 3.0, np.where(xs > ys, 4.0, 2.0)))
+    # a batched x against an unbatched y of another rank
+    y = np.array([2.0, 0.0])
+    out = _vmap_jvp_no_loop(lambda x: wnp.maximum(x, y), [xs], [tx])
+    np.testing.assert_array_equal(out, np.where(xs == y, 2.0, np.where(xs > y, 4.0, 0.0)))
+
+
+def test_vmap_of_jvp_clip_at_the_bounds():
+    xs = np.array([[-1.0, 0.0, 0.5], [1.0, 2.0, -0.5]])
+    lo, hi = np.array([-0.5, -0.5]), np.array([1.0, 1.0])
+    ts, tlo, thi = np.ones((2, 3)), np.full(2, 10.0), np.full(2, 100.0)
+    out = _vmap_jvp_no_loop(lambda x, a, b: wnp.clip(x, a, b), [xs, lo, hi], [ts, tlo, thi])
+    # NumPy's clip: x at a bound is inside (the tangent of x), beyond it the bound's tangent
+    np.testing.assert_array_equal(out, [[10.0, 1.0, 1.0], [1.0, 100.0, 1.0]])
+    out = _vmap_jvp_no_loop(lambda x: wnp.clip(x, -0.5, 1.0), [xs], [ts])
+    np.testing.assert_array_equal(out, [[0.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
+
+
+def test_vmap_of_jvp_power_and_cumprod_with_zeros_in_some_examples():
+    xs = np.array([[0.0, 2.0, 0.5], [1.5, 0.0, 0.0], [1.0, 2.0, 3.0]])
+    ys = np.array([[0.0, 2.0, 1.0], [1.0, 0.0, 3.0], [0.0, 1.0, 2.0]])
+    ts = np.ones((3, 3))
+    _vmap_jvp_no_loop(wnp.power, [xs, ys], [ts, ts])
+    _vmap_jvp_no_loop(wnp.cumprod, [xs], [ts])
+    _vmap_jvp_no_loop(wnp.prod, [xs], [ts])
+
+
+def test_vmap_of_jvp_linalg_and_norms_with_per_example_special_cases():
+    """Eigenvalue ties, a singular matrix and a zero vector in one example only."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((3, 3, 3))
+    a[0, :, 0] = a[0, :, 1]                                   # singular: det's cofactor path
+    s = a @ a.transpose(0, 2, 1)
+    s[1] = np.eye(3)                                          # tied eigenvalues
+    ts = rng.standard_normal((3, 3, 3))
+    _vmap_jvp_no_loop(wnp.linalg.det, [a], [ts])
+    _vmap_jvp_no_loop(lambda m: wnp.linalg.eigh(m)[0], [s], [ts + ts.transpose(0, 2, 1)])
+    v = rng.standard_normal((3, 4))
+    v[2] = 0.0
+    _vmap_jvp_no_loop(lambda x: wnp.linalg.norm(x, ord=3), [v], [np.ones((3, 4))])
+    _vmap_jvp_no_loop(lambda x: wg.nn.normalize(x, axis=-1, eps=1e-3), [v], [np.ones((3, 4))])

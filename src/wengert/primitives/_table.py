@@ -64,6 +64,33 @@ def unbox_all(x):
     return x
 
 
+def constant(x):
+    """``x`` without gradient or tangent levels, for a rule's masks and other constants. Inside
+    vmap it keeps the batch levels: stripped of them, the whole batch would pass for one example."""
+    return unbox_all(x) if type(x) is Tracer else x
+
+
+def elementwise_constant(fn):
+    """A rule's constant (a mask, a quotient) written in plain NumPy, elementwise and broadcasting.
+
+    Plain arguments take ``fn`` directly (forward mode, jacfwd); traced ones go through ``nondiff``,
+    which under vmap runs ``fn`` once on the batched values (padded to a common rank), so batched
+    primals give per-example masks instead of the whole batch read as one example's constant.
+    """
+    fn.elementwise = True
+    traced = nondiff(fn)
+
+    def call(*args):
+        for a in args:
+            if type(a) is Tracer:
+                return traced(*args)
+        return fn(*args)
+
+    call.__name__ = call.__qualname__ = fn.__name__
+    call.__doc__ = fn.__doc__
+    return call
+
+
 def nondiff(fn):
     """A NumPy function whose result carries no gradient: tracers are read for their values."""
 

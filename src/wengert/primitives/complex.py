@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
-from ._table import defprim
+from ._table import defprim, elementwise_constant
 
 
 def _is_complex(x):
@@ -68,11 +68,20 @@ def real_part(g):
 def _nonzero(a):
     """``a`` with its zeros replaced by ones (a constant selection): at ``z == 0`` the derivative
     ``conj(z) / |z|`` of ``|z|`` is taken as 0, as ``sign(0) = 0`` makes it for reals (and as JAX)."""
-    zero = unbox(a) == 0
-    if np.any(zero):
+    if np.any(unbox(a) == 0):  # the whole batch under vmap: the mask below is per example
         from .elementwise import where
-        return where(zero, 1, a)
+        return where(_is_zero(a), 1, a)
     return a
+
+
+@elementwise_constant
+def _is_zero(a):
+    return a == 0
+
+
+@elementwise_constant
+def _sign(x):
+    return np.sign(x)
 
 
 def abs_vjp(g, x):
@@ -80,11 +89,11 @@ def abs_vjp(g, x):
     if _is_complex(x):
         from .elementwise import absolute
         return real_part(g) * conj(x) / _nonzero(absolute(x))
-    return g * np.sign(unbox(x))
+    return g * _sign(x)
 
 
 def abs_jvp(t, ans, x):
     """``absolute``'s JVP: ``t sign(x)`` for reals, ``Re(conj(x) t) / |x|`` for complex ``x``."""
     if _is_complex(x):
         return real(conj(x) * t) / _nonzero(ans)
-    return t * np.sign(unbox(x))
+    return t * _sign(x)

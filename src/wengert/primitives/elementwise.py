@@ -16,24 +16,74 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import unbox
-from ._table import defprim, defunary, unbroadcast
+from ._table import defprim, defunary, elementwise_constant, unbroadcast
 from . import complex as _complex
 
 LN2 = np.log(2.0)
 LN10 = np.log(10.0)
 
 
+# Rules' constants. Each reads its arguments' values through ``elementwise_constant``: plain
+# arrays directly, batched primals (vmap of jvp) per example.
+@elementwise_constant
 def _tie_share(x, ans, y):
     """1 where ``x`` is the selected value, 1/2 where ``x`` and ``y`` tie, 0 elsewhere (a constant)."""
-    x, ans, y = unbox(x), unbox(ans), unbox(y)
     dtype = np.result_type(x, y, np.float16)
     return ((x == ans) / (1 + (x == y))).astype(dtype, copy=False)
 
 
+@elementwise_constant
+def _positive(x):
+    return np.greater(x, 0)
+
+
+@elementwise_constant
+def _sign(x):
+    return np.sign(x)
+
+
+@elementwise_constant
+def _both_zero(x, y):
+    return (x == 0) & (y == 0)
+
+
+@elementwise_constant
+def _floor_quotient(x, y):
+    """-floor(x / y): d(x mod y)/dy (the quotient is piecewise constant)."""
+    return -np.floor_divide(x, y)
+
+
+@elementwise_constant
+def _trunc_quotient(x, y):
+    """-trunc(x / y): d fmod(x, y)/dy."""
+    return -np.trunc(x / y)
+
+
+@elementwise_constant
+def _below(x, bound):
+    return x < bound
+
+
+@elementwise_constant
+def _above(x, bound):
+    return x > bound
+
+
+@elementwise_constant
+def _inside(x, lo, hi):
+    """Where ``x`` is within its bounds (the output's shape: bounds may broadcast ``x``)."""
+    inside = np.ones(np.shape(x), bool)
+    if lo is not None:
+        inside = inside & (x >= lo)
+    if hi is not None:
+        inside = inside & (x <= hi)
+    return inside
+
+
 def _safe_log(x):
     """log(x) where x > 0 and 0 elsewhere: d(x**y)/dy is taken as 0 where log(x) is undefined."""
-    plain = unbox(x)
-    return where(plain > 0, log(where(plain > 0, x, 1)), 0)
+    positive = _positive(x)
+    return where(positive, log(where(positive, x, 1)), 0)
 
 
 def _power_slope(pow_, x, y):
@@ -45,10 +95,10 @@ def _power_slope(pow_, x, y):
         if y == 0:
             return 0 * x
         return y * pow_(x, y - 1)
-    zero_y = unbox(y) == 0
-    if np.any(zero_y):  # cheap for the usual scalar exponent
-        both_zero = zero_y & (unbox(x) == 0)
-        if np.any(both_zero):
+    # the checks read the whole batch under vmap: the masked formula is right for every example
+    if np.any(unbox(y) == 0):  # cheap for the usual scalar exponent
+        both_zero = _both_zero(x, y)
+        if np.any(unbox(both_zero)):
             return y * pow_(x, where(both_zero, 1, y) - 1)
     return y * pow_(x, y - 1)
 
@@ -100,12 +150,12 @@ cbrt = defunary(np.cbrt, lambda g, ans, x: g / (3 * ans * ans))
 reciprocal = defunary(np.reciprocal, lambda g, ans, x: -g * ans * ans)
 # d(x mod y) = dx - floor(x / y) dy (the quotient is piecewise constant); fmod truncates instead
 remainder = defprim(np.remainder, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                                   lambda g, ans, x, y: unbroadcast(-g * np.floor_divide(unbox(x), unbox(y)), y)),
-                    jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * -np.floor_divide(unbox(x), unbox(y))))
+                                   lambda g, ans, x, y: unbroadcast(g * _floor_quotient(x, y), y)),
+                    jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * _floor_quotient(x, y)))
 mod = remainder
 fmod = defprim(np.fmod, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                         lambda g, ans, x, y: unbroadcast(-g * np.trunc(unbox(x) / unbox(y)), y)),
-               jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * -np.trunc(unbox(x) / unbox(y))))
+                         lambda g, ans, x, y: unbroadcast(g * _trunc_quotient(x, y), y)),
+               jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * _trunc_quotient(x, y)))
 
 # --- exponentials and logarithms ------------------------------------------------------------
 exp = defunary(np.exp, lambda g, ans, x: g * ans)
@@ -163,7 +213,7 @@ radians, degrees = deg2rad, rad2deg
 absolute = defprim(np.absolute, lambda g, ans, x: _complex.abs_vjp(g, x),  # complex: g conj(x)/|x|
                    jvp=lambda t, ans, x: _complex.abs_jvp(t, ans, x))  # complex: Re(conj(x) t)/|x|
 abs = absolute  # noqa: A001 - NumPy's name
-fabs = defunary(np.fabs, lambda g, ans, x: g * np.sign(unbox(x)))
+fabs = defunary(np.fabs, lambda g, ans, x: g * _sign(x))
 _EXTREMUM_JVP = (lambda t, ans, x, y: t * _tie_share(x, ans, y), lambda t, ans, x, y: t * _tie_share(y, ans, x))
 maximum = defprim(np.maximum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
                                lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
@@ -186,21 +236,10 @@ def _clip(x, lo, hi):
     return np.clip(x, lo, hi)
 
 
-def _inside(x, lo, hi):
-    """Where ``x`` is within its bounds (the output's shape: bounds may broadcast ``x``)."""
-    x = unbox(x)
-    inside = np.ones(np.shape(x), bool)
-    if lo is not None:
-        inside = inside & (x >= unbox(lo))
-    if hi is not None:
-        inside = inside & (x <= unbox(hi))
-    return inside
-
-
 clip = defprim(_clip, (lambda g, ans, x, lo, hi: unbroadcast(where(_inside(x, lo, hi), g, 0), x.shape),
-                       lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) < unbox(lo), g, 0), lo),
-                       lambda g, ans, x, lo, hi: unbroadcast(where(unbox(x) > unbox(hi), g, 0), hi)),
+                       lambda g, ans, x, lo, hi: unbroadcast(where(_below(x, lo), g, 0), lo),
+                       lambda g, ans, x, lo, hi: unbroadcast(where(_above(x, hi), g, 0), hi)),
                jvp=(lambda t, ans, x, lo, hi: where(_inside(x, lo, hi), t, 0),
-                    lambda t, ans, x, lo, hi: where(unbox(x) < unbox(lo), t, 0),
-                    lambda t, ans, x, lo, hi: where(unbox(x) > unbox(hi), t, 0)),
+                    lambda t, ans, x, lo, hi: where(_below(x, lo), t, 0),
+                    lambda t, ans, x, lo, hi: where(_above(x, hi), t, 0)),
                name="clip")

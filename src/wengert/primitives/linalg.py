@@ -37,11 +37,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
-from ._table import defprim, unbroadcast
+from ._table import constant, defprim, elementwise_constant, unbroadcast
 from .contractions import matmul
 from .complex import conj, imag, real
 from .elementwise import absolute, power, where
-from .reductions import _expand_to, prod, sum_
+from .reductions import _expand_to, max_, prod, sum_
 from .shape import broadcast_to, concatenate, getitem, reshape, transpose
 
 
@@ -112,10 +112,21 @@ def _symmetric_from(x, lower=True):
 def _inverse_gaps(w):
     """``F[..., i, j] = 1 / (w_j - w_i)``, and 0 where ``w_i`` and ``w_j`` tie (the diagonal included)."""
     gaps = _row(w) - _col(w)
-    plain = unbox(w)
-    tol = plain.shape[-1] * np.finfo(plain.dtype).eps * np.max(np.abs(plain), axis=-1, initial=0)
-    tied = np.abs(unbox(gaps)) <= tol[..., None, None]
+    c = constant(w)
+    if type(c) is Tracer and _shape(c)[-1]:  # batched by vmap: each example's own tolerance
+        scale = _shape(c)[-1] * np.finfo(unbox(c).dtype).eps
+        tol = _col(scale * max_(absolute(c), axis=-1, keepdims=True))
+        tied = _within(constant(gaps), tol)
+    else:
+        plain = unbox(w)
+        tol = plain.shape[-1] * np.finfo(plain.dtype).eps * np.max(np.abs(plain), axis=-1, initial=0)
+        tied = np.abs(unbox(gaps)) <= tol[..., None, None]
     return where(tied, 0.0, 1.0 / where(tied, 1.0, gaps))
+
+
+@elementwise_constant
+def _within(gaps, tol):
+    return np.abs(gaps) <= tol
 
 
 def _columns(start, stop=None):
@@ -211,7 +222,7 @@ def _cofactors(x):
     u, s, vt = svd(x, full_matrices=False)
     n = _shape(s)[-1]
     others = prod(where(np.eye(n, dtype=bool), 1.0, _row(s)), axis=(len(_shape(s)),), keepdims=False)
-    sign = np.sign(np.linalg.det(unbox(u)) * np.linalg.det(unbox(vt)))
+    sign = _sign(det(constant(u)) * det(constant(vt)))  # per example under vmap
     return _col(_col(sign)) * matmul(u * _row(others), vt)
 
 
@@ -682,10 +693,20 @@ def _pnorm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - NumPy's name
 
 def _pnorm_weights(norms, x, ord):  # noqa: A002
     """d|x|_p / dx, ``norms`` broadcast to ``x``'s shape."""
-    safe = where(unbox(norms) == 0, 1.0, norms)
+    safe = where(_is_zero(norms), 1.0, norms)
     if ord in (None, 2, "fro", "f"):
         return x / safe
-    return np.sign(unbox(x)) * power(absolute(x) / safe, ord - 1)
+    return _sign(x) * power(absolute(x) / safe, ord - 1)
+
+
+@elementwise_constant
+def _is_zero(x):
+    return x == 0
+
+
+@elementwise_constant
+def _sign(x):
+    return np.sign(x)
 
 
 def _pnorm_vjp(g, ans, x, ord=None, axis=None, keepdims=False):  # noqa: A002

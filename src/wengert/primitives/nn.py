@@ -27,7 +27,7 @@ from . import contractions as C
 from . import elementwise as E
 from . import reductions as R
 from . import shape as S
-from ._table import defprim, defunary, unbroadcast
+from ._table import defprim, defunary, elementwise_constant, unbroadcast
 
 try:  # SciPy's erf is vectorized; without SciPy, math.erf element by element (slower)
     from scipy.special import erf as _np_erf
@@ -526,7 +526,7 @@ def _relu(x):
     return np.maximum(x, 0)
 
 
-relu = defunary(_relu, lambda g, ans, x: g * (unbox(ans) > 0), name="nn.relu")
+relu = defunary(_relu, lambda g, ans, x: g * E._positive(ans), name="nn.relu")
 
 
 def _erf(x):
@@ -612,17 +612,27 @@ def _normalize(x, axis, eps):
 def _clamped_norm(x, axis, eps):
     """``(max(||x||, eps), ||x|| > eps)`` along ``axis``, with wengert operations."""
     n = E.sqrt(_sum_kept(x * x, axis))
-    inside = unbox(n) > eps
-    if inside.all():
+    inside = _exceeds(n, eps)
+    if _all(inside):
         return n, inside
     return E.where(inside, n, eps), inside
+
+
+@elementwise_constant
+def _exceeds(n, eps):
+    return n > eps
+
+
+def _all(mask):
+    """Does ``mask`` hold everywhere? (Under vmap, in every example: the check only skips a no-op.)"""
+    return bool(np.all(unbox(mask)))
 
 
 def _unit_vjp(g, y, n, inside, axis):
     """The VJP of ``y = x / n``, ``n = max(||x||, eps)``: ``(g - y <g, y>) / n``, or ``g / eps``
     where the norm was clamped (there ``y`` is linear in ``x``)."""
     radial = y * _sum_kept(g * y, axis)
-    if not inside.all():
+    if not _all(inside):
         radial = E.where(inside, radial, 0)
     return (g - radial) / n
 
@@ -665,7 +675,7 @@ def _cosine_vjp(g, ans, args, params, parents):
         else:
             u, v, n, inside, shape, dtype = u2, u1, n2, in2, x2.shape, d2
         radial = c * u
-        if not inside.all():
+        if not _all(inside):
             radial = E.where(inside, radial, 0)
         out.append(_rule_down(unbroadcast(g * (v - radial) / n, shape), dtype))
     return out
@@ -688,7 +698,7 @@ def _cosine_jvp(tangents, ans, args, params):
         if t is None:
             continue
         radial = c * u
-        if not inside.all():
+        if not _all(inside):
             radial = E.where(inside, radial, 0)
         share = R.sum_(_rule_up(t)[0] * ((v - radial) / n), axis=axis, keepdims=False)
         total = share if total is None else total + share
@@ -732,7 +742,7 @@ def _pairwise_cosine_softmax(a, b, eps, stash=None):
 def _norm_part(t_sum, x, n, inside, layout):
     """The gradient through ``max(||x||, eps)``: ``x * dL/dn / ||x||`` (zero where clamped)."""
     factor = S.reshape(S.transpose(t_sum, axes=(1, 0)), shape=(1,) + layout) / (n * n)
-    if not inside.all():
+    if not _all(inside):
         factor = E.where(inside, factor, 0)
     return x * -factor
 
@@ -773,7 +783,7 @@ def _swap_last(x):
 def _radial(x, t, n, inside, axes):
     """``<x, t> / n**2`` along axis 0 (zero where the norm is clamped), batch first by ``axes``."""
     r = R.sum_(x * t, axis=(0,), keepdims=True) / (n * n)
-    if not inside.all():
+    if not _all(inside):
         r = E.where(inside, r, 0)
     return S.transpose(r, axes=axes)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
-from ._table import defprim, nondiff
+from ._table import defprim, elementwise_constant, nondiff
 
 
 def _axes(axis, ndim):
@@ -101,11 +101,11 @@ def _prod(x, axis=None, keepdims=False):
 def _others(x, axis):
     """The product of all *other* elements of each lane: exclusive cumulative products, safe at zeros."""
     from . import shape as sh
-    plain = unbox(x)
-    axes = _axes(axis, plain.ndim)
-    rest = tuple(a for a in range(plain.ndim) if a not in axes)
+    shape = _shape(x)  # one example's under vmap
+    axes = _axes(axis, len(shape))
+    rest = tuple(a for a in range(len(shape)) if a not in axes)
     moved = sh.transpose(x, axes=rest + axes)
-    flat = sh.reshape(moved, shape=tuple(plain.shape[a] for a in rest) + (-1,))
+    flat = sh.reshape(moved, shape=tuple(shape[a] for a in rest) + (-1,))
     others = _exclusive_cumprod(flat) * sh.flip(_exclusive_cumprod(sh.flip(flat, axis=-1)), axis=-1)
     others = sh.reshape(others, shape=moved.shape)
     return sh.transpose(others, axes=tuple(np.argsort(rest + axes)))
@@ -114,8 +114,34 @@ def _others(x, axis):
 def _exclusive_cumprod(x):
     """[1, x0, x0 x1, ...] along the last axis."""
     from .shape import concatenate, getitem
-    ones = np.ones(x.shape[:-1] + (1,), unbox(x).dtype)
+    ones = np.ones(_shape(x)[:-1] + (1,), unbox(x).dtype)
     return cumprod(concatenate(ones, getitem(x, index=(Ellipsis, slice(None, -1))), axis=-1), axis=-1)
+
+
+def _shape(x):
+    return tuple(x.shape) if type(x) is Tracer else np.shape(x)
+
+
+@elementwise_constant
+def _is_zero(x):
+    return x == 0
+
+
+@elementwise_constant
+def _subnormal(x):
+    """Zero or too small for 1/x to be finite."""
+    return np.abs(x) < np.finfo(x.dtype).tiny
+
+
+@elementwise_constant
+def _first(small, seen):
+    return small & (seen == 1)
+
+
+@elementwise_constant
+def _lane_rank(seen, zero):
+    """m at a lane's m-th zero, 0 elsewhere."""
+    return seen * zero
 
 
 def _prod_vjp(g, ans, x, axis=None, keepdims=False):
@@ -125,7 +151,7 @@ def _prod_vjp(g, ans, x, axis=None, keepdims=False):
 def _prod_jvp(t, ans, x, axis=None, keepdims=False):
     """sum(t * product of the others): ans * sum(t / x) when every 1/x is finite (no zero or
     subnormal element), else the VJP's zero-safe products."""
-    plain = unbox(x)
+    plain = unbox(x)  # the whole batch under vmap: the zero-safe products are right for all examples
     if not plain.size:
         return None
     if np.abs(plain).min() >= np.finfo(plain.dtype).tiny:
@@ -157,13 +183,13 @@ def _cumprod_vjp(g, ans, x, axis):
     product without x_j is recomputed: one O(n) cumprod per zero rank along the axis (the m-th
     zeros of all lanes together). Written with wengert ops, so it can be differentiated again."""
     from .elementwise import where
-    zero = unbox(x) == 0
-    if not zero.any():
+    if not np.any(unbox(x) == 0):  # the whole batch under vmap
         return _reverse_cumsum(g * ans, axis) / x
+    zero = _is_zero(x)
     out = where(zero, 0, _reverse_cumsum(g * ans, axis) / where(zero, 1, x))
-    rank = np.cumsum(zero, axis=axis) * zero
-    for m in range(1, int(rank.max()) + 1):
-        at = rank == m
+    rank = _lane_rank(cumsum(zero, axis=axis), zero)
+    for m in range(1, int(np.max(unbox(rank))) + 1):  # the batch's most zeros in a lane
+        at = _equal(rank, m)
         out = out + where(at, _reverse_cumsum(g * cumprod(where(at, 1, x), axis=axis), axis), 0)
     return out
 
@@ -173,14 +199,13 @@ def _cumprod_jvp(t, ans, x, axis):
     term is t_z times the other factors: the cumprod with x_z replaced by t_z (0 after a second
     zero). A subnormal x_z (1/x_z overflows) is taken as a zero: the terms dropped are O(x_z)."""
     from .elementwise import where
-    plain = unbox(x)
-    small = np.abs(plain) < np.finfo(plain.dtype).tiny
-    if not small.any():
+    plain = unbox(x)  # the whole batch under vmap: the masked formula is right for all examples
+    if not (np.abs(plain) < np.finfo(plain.dtype).tiny).any():
         return ans * cumsum(t / x, axis=axis)
-    seen = np.cumsum(small, axis=axis)
-    first = small & (seen == 1)
+    small = _subnormal(x)
+    seen = cumsum(small, axis=axis)
     before = ans * cumsum(t / where(small, 1, x), axis=axis)
-    return where(seen == 0, before, cumprod(where(first, t, x), axis=axis))
+    return where(_is_zero(seen), before, cumprod(where(_first(small, seen), t, x), axis=axis))
 
 
 cumprod = defprim(_cumprod, _cumprod_vjp, jvp=_cumprod_jvp)

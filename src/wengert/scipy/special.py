@@ -14,7 +14,7 @@ from ..core.errors import NoDerivativeError
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
 from ..primitives import elementwise as E
-from ..primitives._table import batch_elementwise, defprim, defunary, nondiff, unbroadcast
+from ..primitives._table import batch_elementwise, defprim, defunary, elementwise_constant, nondiff, unbroadcast
 
 __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", "betaln",
            "erf", "erfc", "erfinv", "erfcinv", "ndtr", "ndtri", "log_ndtr", "expit", "logit",
@@ -32,9 +32,10 @@ def _no_derivative(name):
     return rule
 
 
+@elementwise_constant
 def _nonzero(x):
-    """Constant mask: ``x != 0`` on the plain values."""
-    return unbox(x) != 0
+    """Constant mask: ``x != 0`` (per example under vmap)."""
+    return np.not_equal(x, 0)
 
 
 # --- gamma family --------------------------------------------------------------------------------
