@@ -556,7 +556,6 @@ def test_elementwise_jacfwd_and_hessian(own_elementwise_rules):
 # rows whose batched run needs vmap's per-example loop whatever the rules do
 NOT_BATCHABLE = {
     "x[x > 0]": "ragged: the result's size depends on each example's values",
-    "roll flat": "vmap has no batching rule for roll with axis=None (transforms/batching.py's roll_rule)",
 }
 
 

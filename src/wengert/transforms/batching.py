@@ -323,9 +323,13 @@ def index_add_rule(prim, vals, batched, params, size):
 
 
 def roll_rule(prim, vals, batched, params, size):
-    if params.get("axis") is None:
-        return NotImplemented
-    return prim(vals[0], shift=params["shift"], axis=_axis(params["axis"], _ndim(vals[0]) - 1))
+    x = vals[0]
+    if params.get("axis") is None:   # NumPy rolls the flattened example: flatten each, roll, restore
+        S = _prims()[3]
+        shape = tuple(_shape(x))
+        flat = S.reshape(x, shape=(shape[0], -1))
+        return S.reshape(prim(flat, shift=params["shift"], axis=1), shape=shape)
+    return prim(x, shift=params["shift"], axis=_axis(params["axis"], _ndim(x) - 1))
 
 
 def diagonal_rule(prim, vals, batched, params, size):
