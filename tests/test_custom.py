@@ -7,6 +7,7 @@ import functools
 import os
 import subprocess
 import sys
+import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -378,3 +379,93 @@ def test_a_function_closing_over_a_traced_value_is_refused():
 
     with pytest.raises(CustomGradientError, match="closes over a value being differentiated"):
         wg.grad(loss)(X)
+
+
+# --- custom functions under vmap -------------------------------------------------------------------
+def _counted_sin_times():
+    """custom_vjp sin(x) * y, counting bwd calls (one per batched backward pass, not per example)."""
+    calls = []
+
+    @wg.custom_vjp
+    def f(x, y):
+        return wnp.sin(x) * y
+
+    def f_bwd(res, g):
+        calls.append(1)
+        cos_x, sin_x, y = res
+        return (cos_x * g * y, sin_x * g)
+
+    f.defvjp(lambda x, y: (f(x, y), (wnp.cos(x), wnp.sin(x), y)), f_bwd)
+    return f, calls
+
+
+def test_custom_vjp_under_vmap_runs_fwd_and_bwd_on_the_whole_batch():
+    f, calls = _counted_sin_times()
+    rng = np.random.default_rng(20)
+    x, y = rng.standard_normal((5, 4)), rng.standard_normal(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(f, in_axes=(0, None))(x, y)
+        per_example = wg.vmap(wg.grad(lambda a, b: wnp.sum(f(a, b))), in_axes=(0, None))(x, y)
+        nested = wg.vmap(wg.vmap(f))(x, np.ones((5, 4)))
+        grad_y = wg.grad(lambda b: wnp.sum(wg.vmap(f, in_axes=(0, None))(x, b) ** 2))(y)
+    np.testing.assert_allclose(out, np.sin(x) * y)
+    np.testing.assert_allclose(per_example, np.cos(x) * y)
+    np.testing.assert_allclose(nested, np.sin(x))
+    np.testing.assert_allclose(grad_y, (2 * np.sin(x) ** 2 * y).sum(axis=0))   # y's cotangent summed over the batch
+    assert len(calls) == 2   # one batched bwd per gradient
+    wg.check_grads(lambda a, b: wnp.sum(wg.vmap(f, in_axes=(0, None))(a, b) ** 2), (x, y), order=2,
+                   modes=("fwd", "rev"))
+
+
+def test_custom_vjp_under_vmap_with_pytrees_nondiff_arguments_and_any_residuals():
+    @wg.custom_vjp
+    def layer(p, x):
+        h = wnp.tanh(x @ p["w"] + p["b"])
+        return {"h": h, "total": wnp.sum(h)}
+
+    def layer_fwd(p, x):
+        out = layer(p, x)
+        return out, (p, x, out["h"], "a tag", x.shape)   # residuals need not be arrays
+
+    def layer_bwd(res, ct):
+        p, x, h, tag, shape = res
+        assert tag == "a tag" and len(shape) == 1
+        gh = (ct["h"] + ct["total"]) * (1 - h * h)
+        return {"w": wnp.outer(x, gh), "b": gh}, p["w"] @ gh
+
+    layer.defvjp(layer_fwd, layer_bwd)
+    rng = np.random.default_rng(21)
+    params = {"w": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+    xs = rng.standard_normal((6, 3))
+
+    def loss(p, x):
+        out = layer(p, x)
+        return wnp.sum(out["h"] ** 2) + out["total"]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grads = wg.vmap(wg.grad(loss), in_axes=(None, 0))(params, xs)
+    for key in params:
+        np.testing.assert_allclose(grads[key], np.stack([wg.grad(loss)(params, x)[key] for x in xs]), rtol=1e-12)
+
+    @functools.partial(wg.custom_vjp, nondiff_argnums=(0,))
+    def scaled(k, x):
+        return wnp.sin(x) * k
+
+    scaled.defvjp(lambda k, x: (scaled(k, x), x), lambda k, x, g: (g * k * wnp.cos(x),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(wg.vmap(wg.grad(lambda v: wnp.sum(scaled(3.0, v))))(xs), 3 * np.cos(xs))
+
+
+def test_op_under_vmap_runs_once_per_example_and_says_so():
+    @wg.op
+    def square(x):
+        return x ** 2, lambda g: 2 * x * g
+
+    xs = np.random.default_rng(22).standard_normal((4, 3))
+    with pytest.warns(UserWarning, match="no batching rule for square"):
+        np.testing.assert_allclose(wg.vmap(square)(xs), xs ** 2)
+    with pytest.warns(UserWarning, match="square' is plain NumPy"):
+        np.testing.assert_allclose(wg.vmap(wg.grad(lambda v: wnp.sum(square(v))))(xs), 2 * xs)

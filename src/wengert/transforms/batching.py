@@ -1333,6 +1333,25 @@ def _finish_batched(grads, out_axes):
 
 
 def _run_batched(f, flat, size, out_axes):
+    out, trace = _run_at_new_level(f, flat, size)
+    return _finish(out, trace, size, out_axes)
+
+
+def batched_call(f, args, in_axes):
+    """``f`` over a batch, for rules that vmap user code (custom_vjp's fwd): ``in_axes`` is 0 or
+    None per argument. Returns ``(out, axes)``, ``axes`` a pytree like ``out`` of 0 (that leaf is
+    batched on axis 0) or None (it does not depend on the batch and is returned as it is: a
+    residual may be any object, so nothing is broadcast). Raises NeedsLoop where vmap would loop."""
+    size = next(_shape(a)[0] for a, ax in zip(args, in_axes) if ax is not None)
+    out, trace = _run_at_new_level(f, [([a], [ax], tree.LEAF) for a, ax in zip(args, in_axes)], size)
+    leaves, treedef = tree.flatten(out)
+    batched = [type(leaf) is Tracer and leaf._trace is trace for leaf in leaves]
+    return (tree.unflatten(treedef, [leaf.value if b else leaf for leaf, b in zip(leaves, batched)]),
+            tree.unflatten(treedef, [0 if b else None for b in batched]))
+
+
+def _run_at_new_level(f, flat, size):
+    """Run ``f`` on ``flat``'s leaves (batched ones moved to axis 0) at a new batch level."""
     _depth[0] += 1
     trace = BatchTrace(_depth[0], size)
     _COMPUTING_LEVELS.add(trace.level)
@@ -1351,7 +1370,7 @@ def _run_batched(f, flat, size, out_axes):
         _OPEN.pop()
         _COMPUTING_LEVELS.discard(trace.level)
         close_trace(trace)
-    return _finish(out, trace, size, out_axes)
+    return out, trace
 
 
 def _finish(out, trace, size, out_axes):

@@ -104,6 +104,63 @@ def _custom_jvp_rule(tangents, ans, args, params):
     return tuple(out)
 
 
+def _custom_batch_rule(prim, vals, batched, params, size):
+    """vmap of a custom function, as JAX batches it: the same function over the whole batch as a
+    custom_vjp whose fwd and bwd are the user's run under vmap, so an outer grad still goes
+    through bwd. ``op`` functions (plain NumPy) run once per example."""
+    fn, in_def, nondiff = params["spec"]
+    if isinstance(fn, op):
+        if any(type(v) is Tracer for v in vals):   # differentiated too: per example, whole function
+            from .batching import NeedsLoop
+            raise NeedsLoop(f"{fn._describe()} is plain NumPy, so it cannot take a batch and be differentiated")
+        return NotImplemented                      # per example, this call only
+    out_def = [None]
+    out = tuple(_over_the_batch(fn, in_def, nondiff, batched, vals, out_def)(*vals))
+    params["box"][1] = out_def[0]   # the output's structure, for the caller (as _custom_impl gives it)
+    return out
+
+
+def _over_the_batch(fn, in_def, nondiff, batched, vals, out_def):
+    """A custom_vjp of the input leaves ``vals`` (batch on axis 0 where ``batched``) giving ``fn``'s
+    output leaves for every example; ``out_def[0]`` receives the output's tree structure."""
+    from .. import numpy as wnp
+    from .batching import batched_call, vmap
+    axes = tuple(0 if b else None for b in batched)
+    avals = [(tuple(_shape_of(v))[1:] if b else tuple(_shape_of(v)), _dtype_of(v)) for v, b in zip(vals, batched)]
+    res_axes = [None]
+
+    def one_example(*leaves):
+        out, out_def[0] = tree.flatten(fn.fun(*fn._full_args(tree.unflatten(in_def, leaves), nondiff)))
+        return tuple(out)
+
+    def fwd_one_example(*leaves):
+        out, res = _fwd_plain(fn, fn._full_args(tree.unflatten(in_def, leaves), nondiff))
+        out, out_def[0] = tree.flatten(out)
+        return tuple(out), res
+
+    def bwd_one_example(res, g):
+        return tuple(fn._check_cotangents(fn._bwd(nondiff, res, tree.unflatten(out_def[0], list(g))),
+                                          in_def, avals))
+
+    def whole(*leaves):
+        return vmap(one_example, in_axes=axes)(*leaves)
+
+    def whole_fwd(*leaves):
+        (out, res), (out_axes, res_axes[0]) = batched_call(fwd_one_example, leaves, axes)
+        out = tuple(o if ax == 0 else wnp.broadcast_to(o, (size,) + tuple(_shape_of(o)))
+                    for o, ax in zip(out, out_axes))
+        return out, res
+
+    def whole_bwd(res, g):
+        cts = vmap(bwd_one_example, in_axes=(res_axes[0], 0))(res, g)
+        return tuple(ct if ct is None or b else wnp.sum(ct, axis=0) for ct, b in zip(cts, batched))
+
+    whole.__name__ = whole.__qualname__ = f"{fn._name()} (over a vmap batch)"
+    batched_fn = custom_vjp(whole)
+    batched_fn.defvjp(whole_fwd, whole_bwd)
+    return batched_fn
+
+
 class _CustomPrimitive(Primitive):
     """The primitive of one custom function. ``bind`` calls it with values that are themselves
     traced (an outer transform): then ``fwd`` runs on them, recorded by that outer transform."""
@@ -112,7 +169,7 @@ class _CustomPrimitive(Primitive):
 
     def __init__(self, name):
         super().__init__(name, _custom_impl, multiple_results=True, fused_vjp=_custom_vjp_rule,
-                         fused_jvp=_custom_jvp_rule)
+                         fused_jvp=_custom_jvp_rule, batch=_custom_batch_rule)
         self.value_args = ()
         self.drop_count(0)
 
