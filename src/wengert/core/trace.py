@@ -156,7 +156,7 @@ class Primitive:
     only those, so intermediates that no rule needs are freed during the forward pass.
     """
 
-    __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "fused_jvp", "linear", "batch", "keep_ans",
+    __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "fused_jvp", "linear", "batch", "batched_vjp", "keep_ans",
                  "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None,
@@ -171,6 +171,8 @@ class Primitive:
         self.batch = batch
         self.multiple_results = multiple_results
         self.owned_vjp = None  # optional fused_vjp that may reuse ``g`` when the backward pass owns it
+        self.batched_vjp = False  # are its VJP rules right on values that carry vmap's batch axes? (a
+        # tape inside vmap records it instead of vmap running the function once per example)
         self.keep_ans, self.keep_args, self.value_args = _what_rules_keep(vjp)
 
     @property

@@ -86,7 +86,7 @@ class BatchTrace(Trace):
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
-        if _depth[0] > self.level and _recorded_by_a_tape(self.level):
+        if _depth[0] > self.level and not prim.batched_vjp and _recorded_by_a_tape(self.level):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function differentiates "
                             f"batched values ({prim.name})")
         batched = [False] * len(vals)
@@ -467,6 +467,7 @@ def _register():
         C.matmul: matmul_rule, C.dot: dot_rule, C.tensordot: tensordot_rule, C.outer: outer_rule,
         C.einsum: einsum_rule,
     })
+    _mark_batched_vjps()
     try:
         from ..primitives import nn as N
     except ImportError:  # pragma: no cover
@@ -479,6 +480,24 @@ def _register():
         p = getattr(N, name, None)
         if p is not None:
             RULES[p] = axis_rule
+
+
+def _mark_batched_vjps():
+    """The core families' primitives whose VJP rules are checked on batched values (a ``grad`` inside
+    vmap of every row of the gradient table, tests/test_vmap.py): a tape inside vmap records them.
+    Left out, so vmap runs such a function once per example: rules that read their values as plain
+    arrays (max/min tie shares, prod's zero handling, diagonal, einsum), and the other families."""
+    from ..core.trace import Primitive
+    from ..primitives import complex as X
+    from ..primitives import contractions as C
+    from ..primitives import elementwise as E
+    from ..primitives import reductions as R
+    from ..primitives import shape as S
+    left_out = {R.max_, R.min_, R.prod, R.cumprod, S.diagonal, C.einsum}
+    for module in (E, X, R, S, C):
+        for value in vars(module).values():
+            if isinstance(value, Primitive) and value not in left_out:
+                value.batched_vjp = True
 
 
 # --- functions without a derivative (comparisons, argmax, floor, ...) ---------------------------
@@ -595,7 +614,7 @@ class FusedBatchTrace(BatchTrace):
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
-        if _depth[0] > self.level and _recorded_by_a_tape(self.level):
+        if _depth[0] > self.level and not prim.batched_vjp and _recorded_by_a_tape(self.level):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
                             f"differentiates batched values ({prim.name})")
         rule = FUSED_RULES.get(prim)

@@ -143,9 +143,12 @@ def _finish(g, leaf):
 
     An array input gets an array back, a scalar input (Python or NumPy) a scalar.
     """
-    plain = unbox(leaf)
-    shape = np.shape(plain)
-    dtype = plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
+    if type(leaf) is Tracer:   # an outer transform's value (inside vmap: one example's shape)
+        plain, shape, dtype = None, tuple(leaf.shape), leaf.dtype
+    else:
+        plain = leaf
+        shape = np.shape(plain)
+        dtype = plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
     if g is None:
         g = np.zeros(shape, dtype)
     elif type(g) is Tracer:
@@ -158,7 +161,7 @@ def _finish(g, leaf):
             g = (g.real if g.dtype.kind == "c" and dtype.kind != "c" else g).astype(dtype)  # Re: docs/complex.md
         if g.shape != shape:
             g = np.broadcast_to(g, shape).copy()
-    if not isinstance(plain, np.ndarray):
+    if plain is not None and not isinstance(plain, np.ndarray):
         return g[()]
     return g
 
@@ -196,9 +199,9 @@ def vjp(f, *primals, has_aux=False):
                 f"vjp_fn: the cotangent's structure {ct_def!r} differs from the output's {rec.out_def!r}"
             )
         for c, o in zip(ct_leaves, rec.out_leaves):
-            if np.shape(c) != np.shape(o):
+            if _shape_of(c) != _shape_of(o):
                 raise ValueError(
-                    f"vjp_fn: cotangent of shape {np.shape(c)} for an output of shape {np.shape(o)}"
+                    f"vjp_fn: cotangent of shape {_shape_of(c)} for an output of shape {_shape_of(o)}"
                 )
         ct_leaves = [c if type(c) is Tracer or c is None else np.asarray(c)[()] for c in ct_leaves]
         return rec.pull(ct_leaves, keep_tape=True)
@@ -206,6 +209,11 @@ def vjp(f, *primals, has_aux=False):
     if has_aux:
         return rec.out, vjp_fn, rec.aux
     return rec.out, vjp_fn
+
+
+def _shape_of(x):
+    """One example's shape inside vmap (a tracer's ``shape``), NumPy's elsewhere."""
+    return tuple(x.shape) if type(x) is Tracer else np.shape(x)
 
 
 def value_and_grad(f, argnums=0, has_aux=False):
@@ -219,8 +227,8 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def value_and_grad_f(*args, **kwargs):
         nums, many = _normalize_argnums(argnums, len(args), f)
         rec = _Recording(f, args, nums, has_aux, kwargs)
-        if rec.out_def != tree.LEAF or np.ndim(unbox(rec.out)) != 0:
-            shape = np.shape(unbox(rec.out)) if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
+        if rec.out_def != tree.LEAF or len(_shape_of(rec.out)) != 0:
+            shape = _shape_of(rec.out) if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
             raise NonScalarOutputError(
                 f"grad of {getattr(f, '__name__', 'f')}: the output must be a scalar, but it has "
                 f"shape {shape}. Use wengert.vjp for a vector-Jacobian product, or "
@@ -272,8 +280,8 @@ def jacobian(f, argnums=0, has_aux=False):
         rec = _Recording(f, args, nums, has_aux, kwargs)
         blocks_per_out = []
         for k, out_leaf in enumerate(rec.out_leaves):
-            out_shape = np.shape(unbox(out_leaf))
-            in_shapes = [np.shape(unbox(leaf)) for leaf in rec.in_leaves]
+            out_shape = _shape_of(out_leaf)
+            in_shapes = [_shape_of(leaf) for leaf in rec.in_leaves]
             rows = []
             for e in range(int(np.prod(out_shape, dtype=int))):
                 cts = [None] * len(rec.out_leaves)
