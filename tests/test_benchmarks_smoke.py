@@ -25,3 +25,14 @@ def test_benchmark_suite_quick(tmp_path):
     bad = {r["name"]: r["checks"]["wengert"] for r in rows if r["checks"]["wengert"] != "ok"}
     assert not bad, bad
     assert all(r["notes"]["wengert_max_rel_error"] < 1e-3 for r in rows)
+
+
+def test_transforms_under_vmap_benchmark_is_batched_and_right():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "vmap_transforms.py"), "--repeat", "1", "--batch", "3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr   # the script checks vmap against the loop
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "transform" not in line]
+    assert len(rows) == 5
+    assert all(line.rstrip(" |").endswith("no") for line in rows), proc.stdout   # none fell back to a loop
