@@ -1,5 +1,7 @@
 """wengert.numpy.fft: values equal NumPy's; first and second derivatives match finite differences
 for real and complex inputs, with n/s, axis/axes and every norm."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -172,3 +174,55 @@ def test_nested_vmap_equals_a_double_loop():
                                                   for row in zs]), atol=1e-12)
     np.testing.assert_allclose(got_r2c, np.stack([np.stack([np.fft.rfft(xs[j, :, i], n=6) for j in range(5)])
                                                   for i in range(4)]), atol=1e-12)
+
+
+# --- a grad inside vmap: the tape records batched values (prim.batched_vjp) -------------------------
+def _inside_vmap_equals_loop(inner, args, in_axes):
+    """vmap of ``inner`` (which differentiates inside) without vmap's per-example fallback, against a loop."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(inner, in_axes=in_axes)(*args)
+    size = next(a.shape[0] for a, ax in zip(args, in_axes) if ax is not None)
+    loop = [inner(*[a if ax is None else a[i] for a, ax in zip(args, in_axes)]) for i in range(size)]
+    for k, leaf in enumerate(wg.tree.flatten(out)[0]):
+        np.testing.assert_allclose(leaf, np.stack([wg.tree.flatten(r)[0][k] for r in loop]), rtol=1e-9, atol=1e-10)
+
+
+def _grad_inside(loss, argnums=0):
+    """A grad whose result is used inside the vmapped function (not vmap(grad(f)), which is rewritten)."""
+    return lambda *a: wg.tree.map(lambda t: t * 1.0, wg.grad(loss, argnums=argnums)(*a))
+
+
+def _weighted_power(f):
+    """A real loss that weighs each output differently (a plain sum would hide index mix-ups)."""
+    def loss(*a):
+        y = f(*a)
+        return wnp.sum(wnp.abs(y) ** 2 * wnp.reshape(wnp.arange(y.size), y.shape))
+    return loss
+
+
+_RF = np.random.default_rng(34)
+_REAL, _REAL2 = _RF.standard_normal((3, 6)), _RF.standard_normal((3, 4, 6))
+_CPLX = _RF.standard_normal((3, 6)) + 1j * _RF.standard_normal((3, 6))
+
+
+@pytest.mark.parametrize("f, x", [
+    (wnp.fft.fft, _CPLX), (lambda a: wnp.fft.fft(a, n=8), _REAL), (lambda a: wnp.fft.ifft(a, n=4, norm="ortho"), _CPLX),
+    (wnp.fft.fft2, _REAL2), (lambda a: wnp.fft.ifftn(a, s=(3, 8)), _REAL2), (wnp.fft.rfft, _REAL),
+    (lambda a: wnp.fft.rfft(a, n=9, norm="forward"), _REAL), (wnp.fft.irfft, _CPLX),
+    (lambda a: wnp.fft.irfft(a, n=7), _CPLX), (lambda a: wnp.fft.irfft(a, n=12, norm="ortho"), _CPLX),
+    (wnp.fft.rfftn, _REAL2), (wnp.fft.irfft2, _REAL2 + 0j),
+])
+def test_grad_inside_vmap_is_batched_and_equals_a_loop(f, x):
+    _inside_vmap_equals_loop(_grad_inside(_weighted_power(f)), (x,), (0,))
+
+
+def test_grad_inside_vmap_with_an_unbatched_signal_is_batched():
+    loss = _grad_inside(_weighted_power(lambda a, c: wnp.fft.fft(a * c)), (0, 1))
+    _inside_vmap_equals_loop(loss, (_REAL[0], _CPLX), (None, 0))
+
+
+def test_jacobian_and_hessian_inside_vmap_are_batched():
+    _inside_vmap_equals_loop(wg.jacobian(lambda a: wnp.real(wnp.fft.fft(a))), (_REAL,), (0,))
+    _inside_vmap_equals_loop(wg.hessian(_weighted_power(wnp.fft.rfft)), (_REAL,), (0,))
+    _inside_vmap_equals_loop(wg.hessian(lambda a: wnp.sum(wnp.fft.irfft(a) ** 3)), (_REAL + 0j,), (0,))

@@ -484,3 +484,93 @@ def test_vmapped_losses_keep_the_dtype(dtype):
         assert out.dtype == dtype and g.dtype == dtype
         ref = np.stack([f(*[a[i] for a in args]) for i in range(VB)])
         np.testing.assert_allclose(out, ref, rtol=2e-3 if dtype == np.float16 else 1e-6)
+
+
+# --- a grad inside vmap: the tape records batched values (prim.batched_vjp) -------------------------
+def _inside_vmap_equals_loop(inner, args, in_axes):
+    """vmap of ``inner`` (which differentiates inside) without vmap's per-example fallback, against a loop."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(inner, in_axes=in_axes)(*args)
+    size = next(a.shape[0] for a, ax in zip(args, in_axes) if ax is not None)
+    loop = [inner(*[a if ax is None else a[i] for a, ax in zip(args, in_axes)]) for i in range(size)]
+    leaves = wg.tree.flatten(out)[0]
+    for k, leaf in enumerate(leaves):
+        np.testing.assert_allclose(leaf, np.stack([wg.tree.flatten(r)[0][k] for r in loop]), rtol=1e-9, atol=1e-10)
+
+
+def _grad_inside(loss, argnums=0):
+    """A grad whose result is used inside the vmapped function (not vmap(grad(f)), which is rewritten)."""
+    return lambda *a: wg.tree.map(lambda t: t * 1.0, wg.grad(loss, argnums=argnums)(*a))
+
+
+_R = np.random.default_rng(31)
+_X, _Y, _W = _R.standard_normal((3, 2, 4)), _R.standard_normal((3, 2, 4)), _R.standard_normal((2, 4))
+_T = _R.random((3, 2, 4))
+_LABELS, _LABELS1 = _R.integers(0, 4, (3, 2)), _R.integers(0, 4, 2)
+
+
+def _sum_sin(f):
+    return lambda *a: wnp.sum(wnp.sin(f(*a)))
+
+
+_GRAD_INSIDE_CASES = {
+    **{name: (_sum_sin(lambda a, b, f=getattr(wnn, name): f(a * b)), (_X, _W), (0, None), (0, 1))
+       for name in ("sigmoid", "log_sigmoid", "softplus", "relu", "silu", "gelu")},
+    "gelu tanh": (_sum_sin(lambda a: wnn.gelu(a, approximate=True)), (_X,), (0,), 0),
+    "softmax": (_sum_sin(lambda a, b: wnn.softmax(a * b, axis=0)), (_X, _W), (0, None), (0, 1)),
+    "softmax all axes": (_sum_sin(lambda a: wnn.softmax(a, axis=(0, 1))), (_X,), (0,), 0),
+    "log_softmax": (_sum_sin(lambda a, b: wnn.log_softmax(a * b)), (_X, _W), (0, None), (0, 1)),
+    "logsumexp": (_sum_sin(lambda a: wnn.logsumexp(a, axis=1)), (_X,), (0,), 0),
+    "logsumexp keepdims": (_sum_sin(lambda a: wnn.logsumexp(a, axis=0, keepdims=True)), (_X,), (0,), 0),
+    "logsumexp b": (_sum_sin(lambda a, b: wnn.logsumexp(a, axis=-1, b=b)), (_W, _T), (None, 0), (0, 1)),
+    **{f"sparse cross-entropy {r}": (_sum_sin(lambda a, l, r=r: wnn.softmax_cross_entropy(a, l, reduction=r)),
+                                     (_X, _LABELS), (0, 0), 0) for r in ("mean", "sum", "none")},
+    "sparse cross-entropy unbatched labels": (lambda a, l: wnn.softmax_cross_entropy(a, l), (_X, _LABELS1),
+                                              (0, None), 0),
+    "sparse cross-entropy axis 0": (lambda a, l: wnn.softmax_cross_entropy(a, l, axis=0, reduction="sum"),
+                                    (_X, _LABELS[:, :1].repeat(4, 1) % 2), (0, 0), 0),
+    **{f"dense cross-entropy {r}": (_sum_sin(lambda a, t, r=r: wnn.softmax_cross_entropy(a, t, reduction=r)),
+                                    (_X, _T), (0, 0), (0, 1)) for r in ("mean", "none")},
+    "dense cross-entropy unbatched logits": (lambda a, t: wnn.softmax_cross_entropy(a, t), (_W, _T), (None, 0), (0, 1)),
+    "bce": (lambda a, t: wnn.binary_cross_entropy_with_logits(a, t), (_X, _T[0]), (0, None), (0, 1)),
+    "bce none": (_sum_sin(lambda a, t: wnn.binary_cross_entropy_with_logits(a, t, reduction="none")),
+                 (_X, _T), (0, 0), (0, 1)),
+    "mse broadcast": (lambda p, t: wnn.mse(p, t), (_X, _T[0, 0]), (0, None), (0, 1)),
+    "normalize": (_sum_sin(lambda a, b: wnn.normalize(a * b, axis=0)), (_X, _W), (0, None), (0, 1)),
+    "normalize a zero row": (_sum_sin(wnn.normalize), (np.concatenate([_X[:, :1], 0 * _X[:, 1:]], 1),), (0,), 0),
+    "cosine": (_sum_sin(wnn.cosine_similarity), (_X, _Y), (0, 0), (0, 1)),
+    "cosine unbatched, broadcast": (_sum_sin(wnn.cosine_similarity), (_X, _W[0]), (0, None), (0, 1)),
+    "pairwise cosine softmax": (_sum_sin(wnn.pairwise_cosine_softmax), (_R.standard_normal((2, 3, 2, 2)),
+                                _R.standard_normal((3, 4, 2))), (0, None), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(_GRAD_INSIDE_CASES))
+def test_grad_inside_vmap_is_batched_and_equals_a_loop(name):
+    loss, args, in_axes, argnums = _GRAD_INSIDE_CASES[name]
+    _inside_vmap_equals_loop(_grad_inside(loss, argnums), args, in_axes)
+
+
+@pytest.mark.parametrize("f", [wnn.softmax, wnn.log_softmax, wnn.normalize, lambda a: wnn.gelu(a) * wnn.silu(a)])
+def test_jacobian_inside_vmap_is_batched(f):
+    _inside_vmap_equals_loop(wg.jacobian(f), (_X[:, 0],), (0,))
+
+
+@pytest.mark.parametrize("loss", [
+    lambda a: wnp.sum(wnp.sin(wnn.softmax(a))), lambda a: wnn.logsumexp(a),
+    lambda a: wnp.sum(wnn.sigmoid(a) * wnn.softplus(a) * wnn.log_sigmoid(a)),
+    lambda a: wnp.sum(wnn.gelu(a, approximate=True) ** 2),
+    lambda a: wnn.softmax_cross_entropy(a, np.array(2)),
+    lambda a: wnp.sum(wnn.cosine_similarity(a, a[::-1] + 1.0, axis=0)),
+])
+def test_hessian_inside_vmap_is_batched(loss):
+    _inside_vmap_equals_loop(wg.hessian(loss), (_X[:, 0],), (0,))
+
+
+def test_sparse_cross_entropy_rules_take_batched_labels():
+    """The one-hot of batched labels is per example (it was built from the whole batch as one)."""
+    loss = lambda a, l: wnn.softmax_cross_entropy(a, l, reduction="sum")
+    _inside_vmap_equals_loop(wg.hessian(loss), (_X[:, 0], _LABELS[:, 0]), (0, 0))
+    _inside_vmap_equals_loop(lambda a, l: wg.jvp(lambda z: loss(z, l), (a,), (wnp.ones_like(a),))[1],
+                             (_X, _LABELS), (0, 0))

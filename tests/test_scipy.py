@@ -1,11 +1,13 @@
 """wengert.scipy: values equal SciPy's; first and second derivatives match finite differences."""
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 
 import wengert as wg
+import wengert.numpy as wnp
 
 sc = pytest.importorskip("scipy.special")
 st = pytest.importorskip("scipy.stats")
@@ -531,3 +533,91 @@ def test_special_nested_vmap_equals_a_double_loop(name):
     g_ref = np.stack([np.stack([wg.grad(lambda x: wg.numpy.sum(f(first[i, j], x)))(x[i, j]) for j in range(3)])
                       for i in range(2)])
     np.testing.assert_allclose(g, g_ref, rtol=1e-12, atol=1e-14)
+
+
+# --- a grad inside vmap: the tape records batched values (prim.batched_vjp) -------------------------
+from wengert.scipy import signal as wsig  # noqa: E402
+
+
+def _inside_vmap_equals_loop(inner, args, in_axes):
+    """vmap of ``inner`` (which differentiates inside) without vmap's per-example fallback, against a loop."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(inner, in_axes=in_axes)(*args)
+    size = next(a.shape[0] for a, ax in zip(args, in_axes) if ax is not None)
+    loop = [inner(*[a if ax is None else a[i] for a, ax in zip(args, in_axes)]) for i in range(size)]
+    for k, leaf in enumerate(wg.tree.flatten(out)[0]):
+        np.testing.assert_allclose(leaf, np.stack([wg.tree.flatten(r)[0][k] for r in loop]), rtol=1e-9, atol=1e-12)
+
+
+def _grad_inside(loss, argnums=0):
+    """A grad whose result is used inside the vmapped function (not vmap(grad(f)), which is rewritten)."""
+    return lambda *a: wg.tree.map(lambda t: t * 1.0, wg.grad(loss, argnums=argnums)(*a))
+
+
+def _sum_sin(f):
+    return lambda *a: wnp.sum(wnp.sin(f(*a)))
+
+
+_RV = np.random.default_rng(33)
+_POS, _W = _RV.random((3, 4)) + 0.5, _RV.random(4) + 0.5
+_UNIT = _RV.random((3, 4)) * 0.8 + 0.1
+_UNARY_DOMAINS = {"gammaln": _POS, "digamma": _POS, "gamma": _POS, "rgamma": _POS, "erf": _POS - 1,
+                  "erfc": _POS - 1, "erfinv": 2 * _UNIT - 1, "erfcinv": 1.5 * _UNIT, "ndtr": _POS - 1,
+                  "ndtri": _UNIT, "log_ndtr": _POS - 1, "erfcx": _POS - 1, "dawsn": _POS - 1, "expit": _POS - 1,
+                  "logit": _UNIT, "log_expit": _POS - 1, "entr": _POS, "i0": _POS, "i1": _POS, "i0e": _POS - 1,
+                  "i1e": _POS - 1}
+
+
+@pytest.mark.parametrize("name", list(_UNARY_DOMAINS))
+def test_grad_and_hessian_inside_vmap_of_special_functions_are_batched(name):
+    f = getattr(ws, name)
+    x = _UNARY_DOMAINS[name]
+    _inside_vmap_equals_loop(_grad_inside(_sum_sin(lambda a, c: f(a * c)), (0, 1)), (x, _W), (0, None))
+    _inside_vmap_equals_loop(wg.hessian(_sum_sin(f)), (x,), (0,))
+
+
+@pytest.mark.parametrize("name", ["beta", "betaln", "xlogy", "xlog1py"])
+def test_grad_inside_vmap_of_binary_special_functions_is_batched(name):
+    f = getattr(ws, name)
+    _inside_vmap_equals_loop(_grad_inside(_sum_sin(f), (0, 1)), (_POS, _W), (0, None))
+    _inside_vmap_equals_loop(_grad_inside(_sum_sin(f), (0, 1)), (_W, _POS), (None, 0))
+
+
+@pytest.mark.parametrize("loss", [
+    lambda x: ws.polygamma(1, x), lambda x: ws.multigammaln(x + 3, 2), lambda x: ws.gammainc(_W, x),
+    lambda x: ws.gammaincc(_W, x), lambda x: ws.betainc(_W, 2.0, x * 0.5), lambda x: ws.iv(1.5, x),
+    lambda x: ws.ive(1.5, x), lambda x: ws.jv(1.5, x), lambda x: ws.kv(1.5, x), lambda x: ws.kve(1.5, x),
+    lambda x: ws.yv(1.5, x), lambda x: ws.xlogy(x * np.array([0, 1, 1, 0]), _W),
+    lambda x: ws.softmax(x), lambda x: ws.log_softmax(x), lambda x: ws.logsumexp(x),
+])
+def test_grad_inside_vmap_of_more_special_functions_is_batched(loss):
+    _inside_vmap_equals_loop(_grad_inside(_sum_sin(loss)), (_POS,), (0,))
+
+
+@pytest.mark.parametrize("loss", [
+    lambda x, m, s: wst.norm.logpdf(x, m, s) + wst.norm.cdf(x, m, s), lambda x, m, s: wst.gamma.logpdf(x, 2.0, m, s),
+    lambda x, m, s: wst.beta.logpdf(x * 0.3, 2.0, 3.0) * m * s, lambda x, m, s: wst.t.logpdf(x, 3.0, m, s),
+    lambda x, m, s: wst.poisson.logpmf(np.arange(4.0), x) * m * s,
+    lambda x, m, s: wst.multivariate_normal.logpdf(x[:3], m[:3], np.eye(3) + 0.3) * s[0],
+])
+def test_grad_inside_vmap_of_stats_is_batched(loss):
+    args = (_POS, _W, _POS[::-1])
+    _inside_vmap_equals_loop(_grad_inside(lambda *a: wnp.sum(loss(*a)), (0, 1, 2)), args, (0, None, 0))
+
+
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+def test_grad_inside_vmap_of_convolve_is_batched(mode):
+    a, b = _RV.standard_normal((3, 7)), _RV.standard_normal((3, 3))
+    loss = _grad_inside(_sum_sin(lambda x, y: wsig.convolve(x, y, mode=mode)), (0, 1))
+    _inside_vmap_equals_loop(loss, (a, b), (0, 0))
+    _inside_vmap_equals_loop(loss, (a, b[0]), (0, None))
+    _inside_vmap_equals_loop(loss, (a[0], b), (None, 0))
+    corr = _grad_inside(_sum_sin(lambda x, y: wsig.correlate(x, y, mode=mode)), (0, 1))
+    _inside_vmap_equals_loop(corr, (_RV.standard_normal((3, 5, 4)), _RV.standard_normal((3, 2, 3))), (0, 0))
+
+
+def test_jacobian_and_hessian_inside_vmap_of_convolve_are_batched():
+    a, b = _RV.standard_normal((3, 5)), _RV.standard_normal((3, 3))
+    _inside_vmap_equals_loop(wg.jacobian(lambda x, y: wsig.convolve(x, y)), (a, b[0]), (0, None))
+    _inside_vmap_equals_loop(wg.hessian(_sum_sin(wsig.convolve), (0, 1)), (a, b), (0, 0))

@@ -74,6 +74,7 @@ def _batch_axes(prim, vals, batched, params, size):
 
 _c2c = _defprim(_c2c_impl, _c2c_vjp, name="fft.c2c", linear=True,  # linear: the JVP is the FFT of the tangent
                 batch=_batch_axes)
+_c2c.batched_vjp = True
 
 
 def _rfft_impl(x, n, axis, norm):
@@ -86,6 +87,7 @@ def _rfft_vjp(g, ans, x, n, axis, norm):
 
 
 _rfft = _defprim(_rfft_impl, _rfft_vjp, name="fft.rfft", linear=True, batch=_batch_axes)
+_rfft.batched_vjp = True
 
 
 def _irfft_impl(x, n, axis, norm):
@@ -106,6 +108,7 @@ def _irfft_vjp(g, ans, x, n, axis, norm):
 
 _irfft = _defprim(_irfft_impl, _irfft_vjp, name="fft.irfft", linear=True,  # real-linear in complex input
                   batch=_batch_axes)
+_irfft.batched_vjp = True
 
 
 # --- NumPy's functions ---------------------------------------------------------------------------

@@ -168,6 +168,7 @@ def _inv_vjp(g, ans, x):
 
 inv = defprim(np.linalg.inv, _inv_vjp, name="inv", jvp=lambda t, ans, x: -matmul(ans, matmul(t, ans)),
               batch=stacked_batch)
+inv.batched_vjp = True
 
 
 def _solve(a, b):
@@ -178,6 +179,7 @@ def _solve(a, b):
 solve = defprim(_solve, (
     lambda g, ans, a, b: unbroadcast(-matmul(solve(_mT(a), g), _mT(ans)), a),
     lambda g, ans, a, b: unbroadcast(solve(_mT(a), g), b)), name="solve")
+solve.batched_vjp = True
 
 
 def _solve_jvp(tangents, ans, args, params):
@@ -256,6 +258,7 @@ def _det_jvp(t, ans, x):
 
 
 det = defprim(np.linalg.det, _det_vjp, name="det", jvp=_det_jvp, batch=stacked_batch)
+det.batched_vjp = True
 
 
 def _slogdet_vjp(g, ans, x):
@@ -280,6 +283,7 @@ def _slogdet_jvp(tangents, ans, args, params):
 
 
 slogdet = defprim(np.linalg.slogdet, _slogdet_vjp, name="slogdet", multiple_results=True)
+slogdet.batched_vjp = True
 slogdet.fused_jvp = _slogdet_jvp
 slogdet.batch = stacked_batch
 
@@ -311,6 +315,7 @@ def _cholesky_jvp(t, ans, x, upper=False):
 
 
 cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky", jvp=_cholesky_jvp, batch=stacked_batch)
+cholesky.batched_vjp = True
 
 
 # --- symmetric eigenproblem ------------------------------------------------------------------------
@@ -335,6 +340,7 @@ def _eigh_jvp(tangents, ans, args, params):
 
 
 eigh = defprim(_eigh, _eigh_vjp, name="eigh", multiple_results=True)
+eigh.batched_vjp = True
 eigh.fused_jvp = _eigh_jvp
 eigh.batch = stacked_batch
 
@@ -356,6 +362,7 @@ def _eigvalsh_jvp(t, ans, x, UPLO="L"):  # noqa: N803
 
 
 eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh", jvp=_eigvalsh_jvp, batch=stacked_batch)
+eigvalsh.batched_vjp = True
 
 
 # --- singular value decomposition ------------------------------------------------------------------
@@ -429,6 +436,7 @@ def _svd_jvp(tangents, ans, args, params):
 
 
 svd = defprim(_svd, _svd_vjp, name="svd", multiple_results=True)
+svd.batched_vjp = True
 svd.fused_jvp = _svd_jvp
 svd.batch = stacked_batch
 
@@ -455,6 +463,7 @@ def _svdvals_jvp(t, ans, x):
 
 
 svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals", jvp=_svdvals_jvp, batch=stacked_batch)
+svdvals.batched_vjp = True
 
 
 # --- QR --------------------------------------------------------------------------------------------
@@ -516,6 +525,7 @@ def _qr_jvp(tangents, ans, args, params):
 
 
 qr = defprim(_qr, _qr_vjp, name="qr", multiple_results=True)
+qr.batched_vjp = True
 qr.fused_jvp = _qr_jvp
 qr.batch = stacked_batch
 
@@ -548,6 +558,7 @@ def _pinv_jvp(t, ans, x, hermitian=False, **options):
 
 
 pinv = defprim(_pinv, _pinv_vjp, name="pinv", jvp=_pinv_jvp, batch=stacked_batch)
+pinv.batched_vjp = True
 
 
 def _lstsq(a, b, rcond=None):
@@ -682,6 +693,7 @@ def _lstsq_batch(prim, vals, batched, params, size):
 
 
 lstsq = defprim(_lstsq, (_lstsq_vjp_a, _lstsq_vjp_b), name="lstsq", multiple_results=True)
+lstsq.batched_vjp = True
 lstsq.fused_jvp = _lstsq_jvp
 lstsq.batch = _lstsq_batch
 
@@ -738,3 +750,4 @@ def _pnorm_batch(prim, vals, batched, params, size):
 
 
 pnorm = defprim(_pnorm, _pnorm_vjp, name="pnorm", jvp=_pnorm_jvp, batch=_pnorm_batch)
+pnorm.batched_vjp = True

@@ -15,6 +15,8 @@ Conventions:
   in ``stash`` (a one-slot list in the call's parameters). At first order the rule reads it from
   there; when the logits are themselves traced (second order) the rule recomputes it with
   wengert operations so the outer transform sees how it depends on them.
+* ``prim.batched_vjp = True`` beside a declaration: its rules hold on values batched by vmap (a
+  grad inside vmap records it instead of looping over the examples; tests/test_nn.py checks each).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from . import contractions as C
 from . import elementwise as E
 from . import reductions as R
 from . import shape as S
-from ._table import defprim, defunary, elementwise_constant, unbroadcast
+from ._table import constant, defprim, defunary, elementwise_constant, unbroadcast
 
 try:  # SciPy's erf is vectorized; without SciPy, math.erf element by element (slower)
     from scipy.special import erf as _np_erf
@@ -182,6 +184,7 @@ def _softmax_jvp(t, ans, x, axis=None):
 
 
 softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax", jvp=_softmax_jvp)
+softmax.batched_vjp = True
 
 
 def _log_softmax(x, axis=None):
@@ -202,6 +205,7 @@ def _log_softmax_jvp(t, ans, x, axis=None):
 
 log_softmax = defprim(_log_softmax, lambda g, ans, x, axis=None: g - E.exp(ans) * _sum_kept(g, axis),
                       name="nn.log_softmax", jvp=_log_softmax_jvp)
+log_softmax.batched_vjp = True
 
 
 def _log_softmax_known(x, axis=None, known=None):
@@ -249,6 +253,7 @@ def _logsumexp_jvp(t, ans, x, axis=None, keepdims=False):
 
 logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp", jvp=_logsumexp_jvp,
                     batch=_batch_along_axis)
+logsumexp.batched_vjp = True
 
 
 def _logsumexp_b(x, b, axis=None, keepdims=False):
@@ -288,6 +293,7 @@ logsumexp_b = defprim(_logsumexp_b, (
     lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, b, ans, x, b, axis, keepdims),
     lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, None, ans, x, b, axis, keepdims)),
     batch=_logsumexp_b_batch)
+logsumexp_b.batched_vjp = True
 
 
 # --- cross-entropy of a softmax ----------------------------------------------------------------
@@ -346,9 +352,19 @@ def _sce_sparse(x, labels, axis, reduction, stash=None):
 
 
 def _one_hot_at(labels, shape, axis, dtype):
+    labels = constant(labels)
+    if type(labels) is Tracer:  # batched by vmap (a grad inside it): each example's own labels
+        kept = S.reshape(labels, shape=_keepdims_shape(shape, (axis,)))
+        classes = np.arange(shape[axis]).reshape([-1 if i == axis else 1 for i in range(len(shape))])
+        return S.astype(_equal(kept, classes), dtype=dtype)
     out = np.zeros(shape, dtype)
-    np.put_along_axis(out, np.expand_dims(np.asarray(unbox(labels)), axis), 1, axis=axis)
+    np.put_along_axis(out, np.expand_dims(np.asarray(labels), axis), 1, axis=axis)
     return out
+
+
+@elementwise_constant
+def _equal(a, b):
+    return a == b
 
 
 def _sce_sparse_vjp(g, ans, x, labels, axis, reduction, stash=None):
@@ -401,6 +417,7 @@ def _cross_entropy_batch(prim, vals, batched, params, size):
 
 softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), name="nn.softmax_cross_entropy",
                                        jvp=(_sce_sparse_jvp, None), batch=_cross_entropy_batch)
+softmax_cross_entropy_sparse.batched_vjp = True
 
 
 def _sce_dense(x, t, axis, reduction, stash=None):
@@ -444,6 +461,7 @@ softmax_cross_entropy_dense = defprim(_sce_dense, (_sce_dense_vjp_x, _sce_dense_
     lambda tt, ans, x, t, axis, reduction, stash=None: -_reduce_tangent(
         _sce_dense_logp(x, axis, stash), tt, axis, reduction, _examples(x.shape, axis))),
     batch=_cross_entropy_batch)
+softmax_cross_entropy_dense.batched_vjp = True
 
 
 # --- sigmoid family ----------------------------------------------------------------------------
@@ -454,6 +472,7 @@ def _sigmoid(x):
 
 
 sigmoid = defunary(_sigmoid, lambda g, ans, x: g * ans * (1 - ans), name="nn.sigmoid")
+sigmoid.batched_vjp = True
 
 
 def _log_sigmoid(x):
@@ -463,6 +482,7 @@ def _log_sigmoid(x):
 
 # d/dx log sigmoid(x) = sigmoid(-x) = 1 - exp(ans) = -expm1(ans): exact for large x too
 log_sigmoid = defunary(_log_sigmoid, lambda g, ans, x: -g * E.expm1(ans), name="nn.log_sigmoid")
+log_sigmoid.batched_vjp = True
 
 
 def _softplus(x):
@@ -472,6 +492,7 @@ def _softplus(x):
 
 # d/dx softplus(x) = sigmoid(x) = 1 - exp(-ans) = -expm1(-ans)
 softplus = defunary(_softplus, lambda g, ans, x: -g * E.expm1(-ans), name="nn.softplus")
+softplus.batched_vjp = True
 
 
 def _silu(x):
@@ -485,6 +506,7 @@ def _silu_vjp(g, ans, x):
 
 
 silu = defunary(_silu, _silu_vjp, name="nn.silu")
+silu.batched_vjp = True
 
 
 def _bce_logits(x, t, reduction):
@@ -519,6 +541,7 @@ bce_with_logits = defprim(_bce_logits, (
     lambda tx, ans, x, t, reduction: _reduce_elementwise((sigmoid(x) - t) * tx, reduction, x.size),
     lambda tt, ans, x, t, reduction: _reduce_elementwise(-x * tt, reduction, x.size)),
     batch=_elementwise_loss_batch)
+bce_with_logits.batched_vjp = True
 
 
 # --- activations -------------------------------------------------------------------------------
@@ -527,6 +550,7 @@ def _relu(x):
 
 
 relu = defunary(_relu, lambda g, ans, x: g * E._positive(ans), name="nn.relu")
+relu.batched_vjp = True
 
 
 def _erf(x):
@@ -535,6 +559,7 @@ def _erf(x):
 
 
 erf = defunary(_erf, lambda g, ans, x: g * TWO_OVER_SQRT_PI * E.exp(-(x * x)), name="nn.erf")
+erf.batched_vjp = True
 
 
 def _gelu(x):
@@ -551,6 +576,7 @@ def _gelu_vjp(g, ans, x):
 
 
 gelu = defunary(_gelu, _gelu_vjp, name="nn.gelu")
+gelu.batched_vjp = True
 
 
 def _gelu_tanh(x):
@@ -569,6 +595,7 @@ def _gelu_tanh_vjp(g, ans, x):
 
 
 gelu_tanh = defunary(_gelu_tanh, _gelu_tanh_vjp, name="nn.gelu_tanh")
+gelu_tanh.batched_vjp = True
 
 
 # --- regression ---------------------------------------------------------------------------------
@@ -597,6 +624,7 @@ mse = defprim(_mse, (lambda g, ans, p, t, reduction: unbroadcast(_mse_ct(g, p, t
     lambda tp, ans, p, t, reduction: _reduce_elementwise(2 * (p - t) * tp, reduction, _size(p, t)),
     lambda tt, ans, p, t, reduction: _reduce_elementwise(-2 * (p - t) * tt, reduction, _size(p, t))),
     batch=_mse_batch)
+mse.batched_vjp = True
 
 
 # --- norms and cosines ---------------------------------------------------------------------------
@@ -646,6 +674,7 @@ def _normalize_vjp(g, ans, x, axis, eps):
 
 # (I - y y^T) / n, or I / eps where the norm is clamped: a symmetric Jacobian, so the VJP rule is the JVP
 normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize", jvp=_normalize_vjp, batch=_batch_along_axis)
+normalize.batched_vjp = True
 
 
 def _cosine(x1, x2, axis, eps):
@@ -712,6 +741,7 @@ def _cosine_batch(prim, vals, batched, params, size):
 
 
 cosine_similarity = defprim(_cosine, (), name="nn.cosine_similarity", batch=_cosine_batch)
+cosine_similarity.batched_vjp = True
 cosine_similarity.fused_vjp = _cosine_vjp
 cosine_similarity.fused_jvp = _cosine_jvp
 cosine_similarity.keep_ans = True
@@ -834,6 +864,7 @@ def _pairwise_cosine_softmax_batch(prim, vals, batched, params, size):
 
 pairwise_cosine_softmax = defprim(_pairwise_cosine_softmax, (), name="nn.pairwise_cosine_softmax",
                                   batch=_pairwise_cosine_softmax_batch)
+pairwise_cosine_softmax.batched_vjp = True
 pairwise_cosine_softmax.fused_vjp = _pairwise_cosine_softmax_vjp
 pairwise_cosine_softmax.fused_jvp = _pairwise_cosine_softmax_jvp
 pairwise_cosine_softmax.keep_ans = True

@@ -70,6 +70,7 @@ def _st_jvp(tangents, ans, args, params):
 
 
 _st = defprim(_st_impl, (_st_vjp_a, _st_vjp_b), name="scipy.linalg.solve_triangular")
+_st.batched_vjp = True
 def _st_batch(prim, vals, batched, params, size):
     """vmap (a batch on axis 0) of right-hand sides against one matrix (jacfwd's tangents): one solve
     with the batch as more columns. A batch of matrices runs once per example."""
@@ -129,6 +130,7 @@ def _frechet(a, e):
 
 expm = defprim(_sl.expm, lambda g, ans, a: _frechet(_t(a), g), name="scipy.linalg.expm",
                jvp=lambda t, ans, a: _frechet(a, t))
+expm.batched_vjp = True
 expm.batch = lambda prim, vals, batched, params, size: prim(*vals)  # SciPy's expm takes stacks
 
 
@@ -173,6 +175,7 @@ _sylvester = defprim(_sylvester_impl, (
     lambda g, ans, a, b, q: unbroadcast(-(_syl_adjoint(g, a, b) @ _t(ans)), a),
     lambda g, ans, a, b, q: unbroadcast(-(_t(ans) @ _syl_adjoint(g, a, b)), b),
     lambda g, ans, a, b, q: unbroadcast(_syl_adjoint(g, a, b), q)), name="scipy.linalg.solve_sylvester")
+_sylvester.batched_vjp = True
 
 
 def _sylvester_jvp(tangents, ans, args, params):
@@ -220,3 +223,4 @@ def _sqrtm_matrix(a):
 sqrtm = defprim(_sqrtm_impl, lambda g, ans, a: _sylvester(_t(ans), _t(ans), g), name="scipy.linalg.sqrtm",
                jvp=lambda t, ans, a: _sylvester(ans, ans, t),  # X dX + dX X = dA
                batch=_la_prims.stacked_batch)
+sqrtm.batched_vjp = True

@@ -92,6 +92,7 @@ def _batch_full(prim, vals, batched, params, size):
 
 _full = defprim(_full_impl, (_conv_vjp_a, _conv_vjp_b), name="scipy.signal.convolve",  # bilinear: product rule
                 jvp=(lambda t, ans, a, b: _full(t, b), lambda t, ans, a, b: _full(a, t)), batch=_batch_full)
+_full.batched_vjp = True
 
 
 def convolve(in1, in2, mode="full", method="auto"):

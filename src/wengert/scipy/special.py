@@ -38,6 +38,13 @@ def _nonzero(x):
     return np.not_equal(x, 0)
 
 
+def _batched_vjp(*prims):
+    """Their rules are elementwise wengert operations, right on values batched by vmap: a grad
+    inside vmap records them instead of looping over the examples (tests/test_scipy.py checks each)."""
+    for prim in prims:
+        prim.batched_vjp = True
+
+
 # --- gamma family --------------------------------------------------------------------------------
 gammaln = defunary(sc.gammaln, lambda g, ans, x: g * digamma(x), name="scipy.special.gammaln")
 digamma = defunary(sc.digamma, lambda g, ans, x: g * _polygamma(x, n=1), name="scipy.special.digamma")
@@ -90,6 +97,7 @@ betaln = defprim(sc.betaln, (lambda g, ans, a, b: unbroadcast(g * (digamma(a) - 
                  name="scipy.special.betaln",
                  jvp=(lambda t, ans, a, b: t * (digamma(a) - digamma(a + b)),
                       lambda t, ans, a, b: t * (digamma(b) - digamma(a + b))), batch=batch_elementwise)
+_batched_vjp(gammaln, digamma, _polygamma, gamma, rgamma, beta, betaln)
 
 
 def multigammaln(a, d):
@@ -126,6 +134,7 @@ betainc = defprim(sc.betainc, (_no_derivative("betainc"), _no_derivative("betain
                   jvp=(_no_derivative("betainc"), _no_derivative("betainc"),
                        lambda t, ans, a, b, x: t * _beta_density(a, b, x)),
                   name="scipy.special.betainc", batch=batch_elementwise)
+_batched_vjp(gammainc, gammaincc, betainc)
 
 # --- error function and the normal distribution ----------------------------------------------------
 erf = defunary(sc.erf, lambda g, ans, x: g * (2 / _SQRT_PI) * E.exp(-x * x), name="scipy.special.erf")
@@ -143,6 +152,7 @@ log_ndtr = defunary(sc.log_ndtr, lambda g, ans, x: g * E.exp(-0.5 * x * x - ans)
 expit = defunary(sc.expit, lambda g, ans, x: g * ans * (1 - ans), name="scipy.special.expit")
 logit = defunary(sc.logit, lambda g, ans, x: g / (x * (1 - x)), name="scipy.special.logit")
 log_expit = defunary(sc.log_expit, lambda g, ans, x: g * expit(-x), name="scipy.special.log_expit")
+_batched_vjp(expit, logit, log_expit)
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -195,6 +205,7 @@ def log_softmax(x, axis=None):
 
 erfcx = defunary(sc.erfcx, lambda g, ans, x: g * (2 * x * ans - 2 / _SQRT_PI), name="scipy.special.erfcx")
 dawsn = defunary(sc.dawsn, lambda g, ans, x: g * (1 - 2 * x * ans), name="scipy.special.dawsn")
+_batched_vjp(erf, erfc, erfinv, erfcinv, ndtr, ndtri, log_ndtr, erfcx, dawsn)
 
 
 # --- x log y -----------------------------------------------------------------------------------
@@ -210,6 +221,7 @@ xlog1py = defprim(sc.xlog1py, (lambda g, ans, x, y: unbroadcast(g * E.log1p(y), 
                        lambda t, ans, x, y: t * F.where(_nonzero(x), x / (1 + y), 0)),
                   name="scipy.special.xlog1py", batch=batch_elementwise)
 entr = defunary(sc.entr, lambda g, ans, x: g * (-1 - E.log(x)), name="scipy.special.entr")
+_batched_vjp(xlogy, xlog1py, entr)
 
 # --- Bessel functions (derivatives in x; the order v is a constant) ------------------------------
 i0 = defunary(sc.i0, lambda g, ans, x: g * i1(x), name="scipy.special.i0")
@@ -258,6 +270,7 @@ jv = _bessel(sc.jv, "jv", _d_jv)
 kv = _bessel(sc.kv, "kv", _d_kv)
 kve = _bessel(sc.kve, "kve", _d_kve)
 yv = _bessel(sc.yv, "yv", _d_yv)
+_batched_vjp(i0, i1, i0e, i1e, iv, ive, jv, kv, kve, yv)
 
 
 # SciPy's own ufuncs on traced values (``scipy.special.gammaln(x)`` in user code) come here too
