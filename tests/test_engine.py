@@ -329,3 +329,32 @@ def test_many_column_reads_accumulate_into_one_buffer(monkeypatch):
     assert total < 3 * nbytes
     small_total, _ = _backward_bytes_for_column_reads(monkeypatch, n_cols=100)
     assert total < 20 * small_total  # 10 times the reads (and columns): about 10 times the bytes
+
+
+def test_a_rule_not_checked_on_batched_values_never_sees_them():
+    """Inside vmap, a primitive recorded on unbatched values can still receive a batched cotangent
+    (its output met batched values later); unless its rule is flagged batched_vjp, vmap runs the
+    function once per example instead of trusting the rule with them."""
+    import warnings
+    seen = []
+
+    def rule(g, ans, x):
+        seen.append(type(g).__name__)
+        return 2.0 * g * x
+
+    square = Primitive("test.square", lambda x: x * x, vjp=(rule,))
+    w, xs = np.array([0.5, -1.0, 2.0]), np.random.default_rng(3).random((4, 3))
+
+    def per_example(x):
+        return wg.grad(lambda v: wnp.sum(square(v) * x))(w) * 1.0
+
+    with pytest.warns(UserWarning, match="not checked on vmap's batched values"):
+        out = wg.vmap(per_example)(xs)
+    np.testing.assert_allclose(out, 2 * w * xs)
+    assert "Tracer" not in seen
+    square.batched_vjp = True
+    seen.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(wg.vmap(per_example)(xs), 2 * w * xs)
+    assert seen == ["Tracer"]

@@ -95,6 +95,17 @@ def accumulate(cts, owned, i, c):
         owned[i] = type(new) is np.ndarray
 
 
+def _carries_a_batch(g):
+    """Is ``g`` (or an element of a multiple-result cotangent) a value of a vmap level?"""
+    if type(g) is tuple or type(g) is list:
+        return any(_carries_a_batch(x) for x in g)
+    while type(g) is Tracer:
+        if g._trace.batched:
+            return True
+        g = g.value
+    return False
+
+
 def backward(tape, seeds, keep_tape=False):
     """Propagate ``seeds`` (pairs of tape index and cotangent) to every entry of ``tape``.
 
@@ -113,6 +124,10 @@ def backward(tape, seeds, keep_tape=False):
         prim, args, ans, params, parents = tape[i]
         if prim is None:
             continue
+        if not prim.batched_vjp and _carries_a_batch(g):
+            # inside vmap, a cotangent with a batch axis reached a rule not checked on batched values
+            # (vmap catches this and runs the function once per example)
+            raise TypeError(f"the VJP rule of {prim.name} is not checked on vmap's batched values")
         cts[i] = None
         if not keep_tape:
             tape[i] = None

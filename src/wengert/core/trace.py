@@ -357,6 +357,7 @@ def _select_vjp(g, ans, whole, position, count):
 
 
 select = Primitive("select", lambda whole, position, count: whole[position], vjp=(_select_vjp,))
+select.batched_vjp = True   # it only routes the cotangent
 
 
 def _select_outputs(ans, trace, index):
