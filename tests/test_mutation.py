@@ -286,3 +286,78 @@ def test_a_loop_of_in_place_writes_copies_the_cotangent_once(monkeypatch):
     monkeypatch.setattr(scatter.write, "owned_vjp", None)   # the copying rule, for contrast
     np.testing.assert_allclose(wg.grad(f)(x), 2.0)
     assert len(copies) == 200
+
+
+# --- writes under a grad opened inside vmap ----------------------------------------------------------
+def _inside_vmap_equals_loop(fn, *args, in_axes=0):
+    """vmap of ``fn`` (which opens its own grad) against a loop, with warnings as errors."""
+    import warnings
+    axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+    size = next(np.shape(a)[0] for a, ax in zip(args, axes) if ax is not None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = wg.vmap(lambda *a: fn(*a), in_axes=in_axes)(*args)
+    refs = [fn(*[a if ax is None else a[i] for a, ax in zip(args, axes)]) for i in range(size)]
+    for k, leaf in enumerate(wg.tree.flatten(out)[0]):
+        expected = np.stack([wg.tree.flatten(r)[0][k] for r in refs])
+        np.testing.assert_allclose(leaf, expected, rtol=1e-12, atol=1e-12)
+
+
+_INDICES = [1, slice(1, 3), (slice(None), 0), np.array([0, 2]), (np.array([1, 0]), np.array([2, 2]))]
+
+
+@pytest.mark.parametrize("index", _INDICES, ids=["int", "slice", "column", "rows", "pairs"])
+@pytest.mark.parametrize("batched", [(True, True), (True, False), (False, True)], ids=["both", "x", "v"])
+def test_at_set_and_multiply_under_grad_inside_vmap_equal_a_loop(index, batched):
+    x = rng.standard_normal((4, 3, 3))
+    piece = np.zeros((3, 3))[index].shape
+    v = rng.standard_normal((4,) + piece) if batched[1] else rng.standard_normal(piece)
+    if not batched[0]:
+        x = x[0]
+    axes = tuple(0 if on else None for on in batched)
+
+    def set_(a, b):
+        return wnp.sum(wnp.sin(wg.at(a * 1.0)[index].set(b ** 2)) * a)
+
+    def multiply(a, b):
+        return wnp.sum(wnp.sin(wg.at(a * 1.0)[index].multiply(b)) * a)
+
+    def add_and_max(a, b):
+        return wnp.sum(wg.at(wg.at(a)[index].add(b * a[0, 0]))[index].max(b) ** 2)
+
+    for f in (set_, multiply, add_and_max):
+        _inside_vmap_equals_loop(wg.grad(f, argnums=(0, 1)), x, v, in_axes=axes)
+        _inside_vmap_equals_loop(wg.hessian(f, argnums=1), x, v, in_axes=axes)
+        _inside_vmap_equals_loop(lambda a, b: wg.hvp(lambda u: f(u, b), (a,), (a * 0.5 + 1.0,)), x, v,
+                                 in_axes=axes)
+
+
+def test_buffer_with_traced_writes_under_grad_inside_vmap_equals_a_loop():
+    def f(v):
+        buf = wg.Buffer(v * 2.0)
+        buf[1] = v[0] ** 2
+        buf[0, 1:] = wnp.sin(v[2, :2])
+        return wnp.sum(buf.freeze() * v)
+
+    _inside_vmap_equals_loop(wg.grad(f), rng.standard_normal((4, 3, 3)))
+
+
+def test_item_assignment_under_grad_inside_vmap_is_refused_not_wrong():
+    """``x[idx] = v`` on a grad tracer whose values carry vmap's batch is refused (core/mutation.py
+    writes plain memory under one transform only); the functional form it suggests is batched."""
+    x = rng.standard_normal((4, 3))
+
+    def written(v):
+        y = v * 2.0
+        y[1] = v[0] ** 2
+        return wnp.sum(y * v)
+
+    def functional(v):
+        return wnp.sum(wg.at(v * 2.0)[1].set(v[0] ** 2) * v)
+
+    for vmapped in (wg.vmap(wg.grad(written)), wg.vmap(lambda v: wg.grad(written)(v))):
+        with pytest.raises(InPlaceWriteError, match=r"x\.at\[idx\]\.set"):
+            vmapped(x)
+    _inside_vmap_equals_loop(wg.grad(functional), x)
+    np.testing.assert_allclose(wg.vmap(lambda v: wg.grad(functional)(v))(x), np.stack([wg.grad(written)(r) for r in x]),
+                               rtol=1e-12)

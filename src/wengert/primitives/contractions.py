@@ -181,7 +181,7 @@ def _einsum_vjp(position):
         unique = "".join(dict.fromkeys(target))
         reachable = "".join(c for c in unique if c in seen)
         grad = einsum(g, *other_ops, subscripts=",".join([output] + others) + "->" + reachable)
-        shape = unbox(operands[position]).shape
+        shape = operands[position].shape  # one example's under vmap
         sizes = {c: shape[target.index(c)] for c in unique}
         # einsum broadcasts size-1 dimensions: sum back where this operand had size 1 (below,
         # broadcast_to widens the opposite case, and the indices no one else reads)

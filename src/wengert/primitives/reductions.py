@@ -80,7 +80,7 @@ _equal = nondiff(np.equal)
 
 
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
-    return _expand_to(g, unbox(x).shape, axis, keepdims) * _tie_shares(ans, x, axis, keepdims)
+    return _expand_to(g, _shape(x), axis, keepdims) * _tie_shares(ans, x, axis, keepdims)
 
 
 def _extremum_jvp(t, ans, x, axis=None, keepdims=False):
@@ -145,7 +145,7 @@ def _lane_rank(seen, zero):
 
 
 def _prod_vjp(g, ans, x, axis=None, keepdims=False):
-    return _expand_to(g, unbox(x).shape, axis, keepdims) * _others(x, axis)
+    return _expand_to(g, _shape(x), axis, keepdims) * _others(x, axis)
 
 
 def _prod_jvp(t, ans, x, axis=None, keepdims=False):

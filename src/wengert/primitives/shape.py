@@ -154,8 +154,7 @@ def _diagonal(x, offset=0, axis1=0, axis2=1):
 
 
 def _diagonal_vjp(g, ans, x, offset=0, axis1=0, axis2=1):
-    plain = unbox(x)
-    return diagonal_embed(g, shape=plain.shape, offset=offset, axis1=axis1, axis2=axis2)
+    return diagonal_embed(g, shape=x.shape, offset=offset, axis1=axis1, axis2=axis2)  # one example's under vmap
 
 
 def _diagonal_embed(g, shape, offset=0, axis1=0, axis2=1):

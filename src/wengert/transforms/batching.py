@@ -484,17 +484,19 @@ def _register():
 
 def _mark_batched_vjps():
     """The core families' primitives whose VJP rules are checked on batched values (a ``grad`` inside
-    vmap of every row of the gradient table, tests/test_vmap.py): a tape inside vmap records them.
-    Left out, so vmap runs such a function once per example: rules that read their values as plain
-    arrays (max/min tie shares, prod's zero handling, diagonal, einsum), and the other families."""
+    vmap of every row of the gradient table, tests/test_vmap.py, and the writes of
+    tests/test_mutation.py): a tape inside vmap records them. Left out, so vmap runs such a function
+    once per example: the other families, and the tape entries of in-place writes and Buffer
+    snapshots, which never reach a batch level's ``process`` (their rules read plain memory)."""
     from ..core.trace import Primitive
     from ..primitives import complex as X
     from ..primitives import contractions as C
     from ..primitives import elementwise as E
     from ..primitives import reductions as R
+    from ..primitives import scatter as W
     from ..primitives import shape as S
-    left_out = {R.max_, R.min_, R.prod, R.cumprod, S.diagonal, C.einsum}
-    for module in (E, X, R, S, C):
+    left_out = {W.write, W.buffer_snapshot}
+    for module in (E, X, R, S, C, W):
         for value in vars(module).values():
             if isinstance(value, Primitive) and value not in left_out:
                 value.batched_vjp = True
