@@ -97,7 +97,19 @@ def _getitem(x, index):
 def _getitem_vjp(g, ans, x, index):
     if type(g) is Tracer:
         return index_add(np.zeros(x.shape, x.dtype), g, index=index)
+    level = _batch_level_of(index)
+    if level is not None:   # inside vmap, indices that differ per example: that level scatters
+        zeros = np.zeros(x.shape, x.dtype)
+        return level.process(index_add, (zeros, g), [zeros, g], (), {"index": index})
     return indexed_cotangent(index, g, x.shape, x.dtype)
+
+
+def _batch_level_of(index):
+    """The vmap level of an index that differs per example (a batched tracer in it), or None."""
+    for i in (index if type(index) is tuple else (index,)):
+        if type(i) is Tracer and i._trace.batched:
+            return i._trace
+    return None
 
 
 getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True)

@@ -309,8 +309,12 @@ def getitem_rule(prim, vals, batched, params, size):
 
 def index_add_rule(prim, vals, batched, params, size):
     base, values = vals
-    if _index_tracers(params["index"]):
-        return NotImplemented
+    if _index_tracers(params["index"]):   # per-example indices (getitem's VJP under a gather)
+        index = _gather_index(params["index"], size)
+        base = base if batched[0] else _broadcast_batch(base, size)
+        if not batched[1]:
+            values = _broadcast_batch(values, size)
+        return prim(base, values, index=index)
     index = _batched_index(params["index"])
     if index is None:
         return NotImplemented
