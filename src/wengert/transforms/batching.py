@@ -489,9 +489,10 @@ def _register():
 def _mark_batched_vjps():
     """The core families' primitives whose VJP rules are checked on batched values (a ``grad`` inside
     vmap of every row of the gradient table, tests/test_vmap.py, and the writes of
-    tests/test_mutation.py): a tape inside vmap records them. Left out, so vmap runs such a function
-    once per example: the other families, and the tape entries of in-place writes and Buffer
-    snapshots, which never reach a batch level's ``process`` (their rules read plain memory)."""
+    tests/test_mutation.py): a tape inside vmap records them. The other families (nn, linalg, fft,
+    scipy) flag theirs where they are declared, each with its tests. Left out: the tape entries of
+    in-place writes and Buffer snapshots, which never reach a batch level's ``process`` (their
+    rules read plain memory)."""
     from ..core.trace import Primitive
     from ..primitives import complex as X
     from ..primitives import contractions as C
