@@ -469,3 +469,21 @@ def test_op_under_vmap_runs_once_per_example_and_says_so():
         np.testing.assert_allclose(wg.vmap(square)(xs), xs ** 2)
     with pytest.warns(UserWarning, match="square' is plain NumPy"):
         np.testing.assert_allclose(wg.vmap(wg.grad(lambda v: wnp.sum(square(v))))(xs), 2 * xs)
+
+
+def test_transforms_of_a_custom_vjp_inside_vmap_are_batched():
+    """grad, jacobian, hessian and jvp opened inside the vmapped function run bwd (and its
+    transposition) on batched values, as any wengert.numpy code, instead of looping."""
+    f, calls = _counted_sin_times()
+    rng = np.random.default_rng(23)
+    xs, y = rng.standard_normal((4, 3)), rng.standard_normal(3)
+    cases = [lambda v: wg.grad(lambda u: wnp.sum(f(u, y) ** 2))(v) * 1.0,
+             lambda v: wg.jacobian(lambda u: f(u, y))(v),
+             lambda v: wg.grad(lambda w: wnp.sum(f(v, w) ** 2))(y),
+             lambda v: wg.hessian(lambda u: wnp.sum(f(u, y) ** 2))(v),
+             lambda v: wg.jvp(lambda u: f(u, y), (v,), (v,))[1]]
+    for fn in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = wg.vmap(fn)(xs)
+        np.testing.assert_allclose(out, np.stack([fn(x) for x in xs]), rtol=1e-12, atol=1e-12)

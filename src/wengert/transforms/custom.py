@@ -217,6 +217,9 @@ class _Custom:
         self.nondiff_argnums = tuple(sorted(int(i) for i in nondiff_argnums))
         self._nondiff_set = frozenset(self.nondiff_argnums)
         self._prim = _CustomPrimitive(getattr(fun, "__name__", "custom"))
+        # a custom_vjp's bwd, written with wengert.numpy, runs on vmap's batched values as any
+        # wengert.numpy code does (JAX traces it under vmap too); op's plain-NumPy pullback cannot
+        self._prim.batched_vjp = not isinstance(self, op)
         self._checked = set()
 
     # -- calling ---------------------------------------------------------------------------------
