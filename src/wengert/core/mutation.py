@@ -24,6 +24,19 @@ class InPlaceWriteError(WengertError, RuntimeError):
     pass
 
 
+class BatchedInPlaceWriteError(InPlaceWriteError, TypeError):
+    """A write the batched run cannot record (a TypeError, so vmap runs the function once per
+    example instead, where the write is under a single transform)."""
+
+
+def _batched(x):
+    while type(x) is Tracer:
+        if x._trace.batched:
+            return True
+        x = x.value
+    return False
+
+
 ADVICE = ("Use x.at[idx].set(v), which returns a new array, or write into a copy "
           "(x = x.copy()) or a wengert.Buffer.")
 
@@ -74,6 +87,9 @@ def write_in_place(x, index, value, write_prim):
     if trace.forward:
         return trace.write(x, index, value)
     if type(x.value) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
+        if _batched(x) or _batched(value):
+            raise BatchedInPlaceWriteError(
+                "an in-place write into values that vmap batches, under another transform")
         raise InPlaceWriteError(
             "In-place writes are supported under a single transform only (not inside grad of grad). "
             + ADVICE)
