@@ -8,6 +8,8 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 
+from transform_checks import refuse_transposed_jvp
+
 
 def _z(rng, shape):
     return rng.normal(size=shape) + 1j * rng.normal(size=shape)
@@ -123,11 +125,7 @@ def test_linalg_holomorphic_functions_and_refusals():
 @pytest.fixture
 def own_jvp_rules(monkeypatch):
     """Every primitive must run its own JVP rule: the transposed-VJP fallback fails the test."""
-    from wengert.transforms import forward
-
-    def refuse(prim, *args):
-        raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch)
 
 
 @pytest.mark.parametrize("shape", [(), (3,)])

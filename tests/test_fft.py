@@ -1,6 +1,6 @@
 """wengert.numpy.fft: values equal NumPy's; first and second derivatives match finite differences
 for real and complex inputs, with n/s, axis/axes and every norm."""
-import warnings
+import functools
 
 import numpy as np
 import pytest
@@ -8,19 +8,12 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 
-from no_warnings import no_warnings
+from transform_checks import grad_inside, inside_vmap_equals_loop, no_warnings, refuse_transposed_jvp
 
 @pytest.fixture(autouse=True)
 def own_jvp_rules(monkeypatch):
     """Forward mode must run the FFT primitives' own (linear) JVP rules, not the transposed-VJP fallback."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name.startswith("fft."):
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name.startswith("fft."))
 
 
 def _real(rng, shape):
@@ -177,20 +170,7 @@ def test_nested_vmap_equals_a_double_loop():
 
 
 # --- a grad inside vmap: the tape records batched values (prim.batched_vjp) -------------------------
-def _inside_vmap_equals_loop(inner, args, in_axes):
-    """vmap of ``inner`` (which differentiates inside) without vmap's per-example fallback, against a loop."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = wg.vmap(inner, in_axes=in_axes)(*args)
-    size = next(a.shape[0] for a, ax in zip(args, in_axes) if ax is not None)
-    loop = [inner(*[a if ax is None else a[i] for a, ax in zip(args, in_axes)]) for i in range(size)]
-    for k, leaf in enumerate(wg.tree.flatten(out)[0]):
-        np.testing.assert_allclose(leaf, np.stack([wg.tree.flatten(r)[0][k] for r in loop]), rtol=1e-9, atol=1e-10)
-
-
-def _grad_inside(loss, argnums=0):
-    """A grad whose result is used inside the vmapped function (not vmap(grad(f)), which is rewritten)."""
-    return lambda *a: wg.tree.map(lambda t: t * 1.0, wg.grad(loss, argnums=argnums)(*a))
+_inside_vmap_equals_loop = functools.partial(inside_vmap_equals_loop, rtol=1e-9, atol=1e-10)
 
 
 def _weighted_power(f):
@@ -214,11 +194,11 @@ _CPLX = _RF.standard_normal((3, 6)) + 1j * _RF.standard_normal((3, 6))
     (wnp.fft.rfftn, _REAL2), (wnp.fft.irfft2, _REAL2 + 0j),
 ])
 def test_grad_inside_vmap_is_batched_and_equals_a_loop(f, x):
-    _inside_vmap_equals_loop(_grad_inside(_weighted_power(f)), (x,), (0,))
+    _inside_vmap_equals_loop(grad_inside(_weighted_power(f)), (x,), (0,))
 
 
 def test_grad_inside_vmap_with_an_unbatched_signal_is_batched():
-    loss = _grad_inside(_weighted_power(lambda a, c: wnp.fft.fft(a * c)), (0, 1))
+    loss = grad_inside(_weighted_power(lambda a, c: wnp.fft.fft(a * c)), (0, 1))
     _inside_vmap_equals_loop(loss, (_REAL[0], _CPLX), (None, 0))
 
 

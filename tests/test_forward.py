@@ -15,6 +15,7 @@ import wengert as wg
 import wengert.numpy as wnp
 
 from test_numpy_grads import CASE_IDS, CASES, SECOND_ORDER, Arg, draw, rng_for
+from transform_checks import refuse_transposed_jvp
 
 
 TAPE_ONLY = {"setitem", "buffer_snapshot"}  # recorded only by in-place writes and Buffer on a tape;
@@ -38,11 +39,7 @@ def test_every_primitive_has_a_jvp_rule_next_to_its_vjp_rule():
 @pytest.fixture
 def rules_only(monkeypatch):
     """Forward mode must run on the table's JVP rules: the transposed-VJP fallback fails the test."""
-    from wengert.transforms import forward
-
-    def refuse(prim, *args):
-        raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to transposing its VJP")
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch)
 
 
 @pytest.mark.parametrize("name", CASE_IDS)
@@ -332,14 +329,7 @@ _STRUCTURAL = ("sum", "max", "min", "_prod", "_cumsum", "_cumprod", "reshape", "
 @pytest.fixture
 def own_structural_rules(monkeypatch):
     """Forward mode must run these primitives' own JVP rules: the transposed-VJP fallback fails the test."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name in _STRUCTURAL:
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name in _STRUCTURAL)
 
 
 def test_structural_primitives_have_jvp_rules():
@@ -460,14 +450,7 @@ _ELEMENTWISE = ("add", "subtract", "multiply", "divide", "negative", "positive",
 @pytest.fixture
 def own_elementwise_rules(monkeypatch):
     """Forward mode must run the elementwise primitives' own JVP rules, not the transposed VJP."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name in _ELEMENTWISE:
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name in _ELEMENTWISE)
 
 
 def test_elementwise_primitives_have_jvp_rules():

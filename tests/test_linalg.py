@@ -4,6 +4,7 @@ Eigen- and singular vectors are defined up to sign, so the functions of them che
 sign-invariant (even powers, reconstructions). Inputs are well conditioned: symmetric positive
 definite matrices ``B B^T + n I`` and random matrices with ``3 I`` added.
 """
+import functools
 import warnings
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 import wengert.scipy.linalg as wsl
+
+from transform_checks import grad_inside, inside_vmap_equals_loop, refuse_transposed_jvp
 
 la = wnp.linalg
 rng = np.random.default_rng(0)
@@ -301,14 +304,7 @@ LINALG_PRIMITIVES = {"inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigv
 @pytest.fixture
 def own_jvp_rules(monkeypatch):
     """Forward mode must run the linalg primitives' own JVP rules: falling back to their VJP fails."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name in LINALG_PRIMITIVES:
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name in LINALG_PRIMITIVES)
 
 
 def test_every_linalg_primitive_has_a_jvp_rule():
@@ -687,20 +683,7 @@ def test_complex_vmap(name, f, args):
 
 
 # --- a grad inside vmap: the tape records batched values (prim.batched_vjp) -------------------------
-def _inside_vmap_equals_loop(inner, args, in_axes, check_warnings=True):
-    """vmap of ``inner`` (which differentiates inside) without vmap's per-example fallback, against a loop."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error" if check_warnings else "ignore")
-        out = wg.vmap(inner, in_axes=in_axes)(*args)
-    size = next(a.shape[0] for a, ax in zip(args, in_axes) if ax is not None)
-    loop = [inner(*[a if ax is None else a[i] for a, ax in zip(args, in_axes)]) for i in range(size)]
-    for k, leaf in enumerate(wg.tree.flatten(out)[0]):
-        np.testing.assert_allclose(leaf, np.stack([wg.tree.flatten(r)[0][k] for r in loop]), rtol=1e-8, atol=1e-10)
-
-
-def _grad_inside(loss, argnums=0):
-    """A grad whose result is used inside the vmapped function (not vmap(grad(f)), which is rewritten)."""
-    return lambda *a: wg.tree.map(lambda t: t * 1.0, wg.grad(loss, argnums=argnums)(*a))
+_inside_vmap_equals_loop = functools.partial(inside_vmap_equals_loop, rtol=1e-8, atol=1e-10)
 
 
 def _sum_sin(f):
@@ -749,21 +732,21 @@ _GRAD_INSIDE_CASES = {
 @pytest.mark.parametrize("name", list(_GRAD_INSIDE_CASES))
 def test_grad_inside_vmap_is_batched_and_equals_a_loop(name):
     loss, args, in_axes, argnums = _GRAD_INSIDE_CASES[name]
-    _inside_vmap_equals_loop(_grad_inside(loss, argnums), args, in_axes)
+    _inside_vmap_equals_loop(grad_inside(loss, argnums), args, in_axes)
 
 
 def test_grad_inside_vmap_of_solve_triangular_with_batched_matrices_equals_a_loop():
     """Its forward pass has no rule for a batch of matrices (one call per example, with vmap's
     warning); the rules then run on batched values too."""
     loss = _sum_sin(lambda a, b: wsl.solve_triangular(a, b, lower=True, trans=1))
-    _inside_vmap_equals_loop(_grad_inside(loss, (0, 1)), (np.tril(_A), _B), (0, 0), check_warnings=False)
+    _inside_vmap_equals_loop(grad_inside(loss, (0, 1)), (np.tril(_A), _B), (0, 0), allow_fallback=True)
 
 
 def test_grad_inside_vmap_of_det_at_singular_matrices_equals_a_loop():
     """The cofactor formula (prod over singular values) for the singular example only."""
     a = _A.copy()
     a[1, 0] = a[1, 1]
-    _inside_vmap_equals_loop(_grad_inside(_L.det), (a,), (0,), check_warnings=False)
+    _inside_vmap_equals_loop(grad_inside(_L.det), (a,), (0,), allow_fallback=True)
 
 
 @pytest.mark.parametrize("f", [_L.inv, _L.cholesky, lambda a: _L.eigh(a)[0], lambda a: _L.solve(a, a[0])])

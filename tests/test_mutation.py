@@ -12,6 +12,8 @@ import wengert as wg
 import wengert.numpy as wnp
 from wengert import InPlaceWriteError
 
+from transform_checks import inside_vmap_equals_loop
+
 rng = np.random.default_rng(0)
 
 
@@ -290,17 +292,7 @@ def test_a_loop_of_in_place_writes_copies_the_cotangent_once(monkeypatch):
 
 # --- writes under a grad opened inside vmap ----------------------------------------------------------
 def _inside_vmap_equals_loop(fn, *args, in_axes=0):
-    """vmap of ``fn`` (which opens its own grad) against a loop, with warnings as errors."""
-    import warnings
-    axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-    size = next(np.shape(a)[0] for a, ax in zip(args, axes) if ax is not None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = wg.vmap(lambda *a: fn(*a), in_axes=in_axes)(*args)
-    refs = [fn(*[a if ax is None else a[i] for a, ax in zip(args, axes)]) for i in range(size)]
-    for k, leaf in enumerate(wg.tree.flatten(out)[0]):
-        expected = np.stack([wg.tree.flatten(r)[0][k] for r in refs])
-        np.testing.assert_allclose(leaf, expected, rtol=1e-12, atol=1e-12)
+    inside_vmap_equals_loop(fn, args, in_axes, rtol=1e-12, atol=1e-12)
 
 
 _INDICES = [1, slice(1, 3), (slice(None), 0), np.array([0, 2]), (np.array([1, 0]), np.array([2, 2]))]

@@ -2,6 +2,7 @@
 second order), finiteness at extreme inputs in float16 and float32, one tape entry per call."""
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -11,6 +12,8 @@ import scipy.special
 import wengert as wg
 import wengert.nn as wnn
 import wengert.numpy as wnp
+
+from transform_checks import grad_inside, inside_vmap_equals_loop, refuse_transposed_jvp
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((4, 5))
@@ -234,14 +237,7 @@ def test_functions_on_plain_arrays_are_plain_numpy():
 @pytest.fixture
 def own_jvp_rules(monkeypatch):
     """Forward mode must run the nn operations' own JVP rules: the transposed-VJP fallback fails the test."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name.startswith("nn."):
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name.startswith("nn."))
 
 
 def test_every_nn_primitive_has_a_jvp_rule():
@@ -487,21 +483,7 @@ def test_vmapped_losses_keep_the_dtype(dtype):
 
 
 # --- a grad inside vmap: the tape records batched values (prim.batched_vjp) -------------------------
-def _inside_vmap_equals_loop(inner, args, in_axes):
-    """vmap of ``inner`` (which differentiates inside) without vmap's per-example fallback, against a loop."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = wg.vmap(inner, in_axes=in_axes)(*args)
-    size = next(a.shape[0] for a, ax in zip(args, in_axes) if ax is not None)
-    loop = [inner(*[a if ax is None else a[i] for a, ax in zip(args, in_axes)]) for i in range(size)]
-    leaves = wg.tree.flatten(out)[0]
-    for k, leaf in enumerate(leaves):
-        np.testing.assert_allclose(leaf, np.stack([wg.tree.flatten(r)[0][k] for r in loop]), rtol=1e-9, atol=1e-10)
-
-
-def _grad_inside(loss, argnums=0):
-    """A grad whose result is used inside the vmapped function (not vmap(grad(f)), which is rewritten)."""
-    return lambda *a: wg.tree.map(lambda t: t * 1.0, wg.grad(loss, argnums=argnums)(*a))
+_inside_vmap_equals_loop = functools.partial(inside_vmap_equals_loop, rtol=1e-9, atol=1e-10)
 
 
 _R = np.random.default_rng(31)
@@ -549,7 +531,7 @@ _GRAD_INSIDE_CASES = {
 @pytest.mark.parametrize("name", list(_GRAD_INSIDE_CASES))
 def test_grad_inside_vmap_is_batched_and_equals_a_loop(name):
     loss, args, in_axes, argnums = _GRAD_INSIDE_CASES[name]
-    _inside_vmap_equals_loop(_grad_inside(loss, argnums), args, in_axes)
+    _inside_vmap_equals_loop(grad_inside(loss, argnums), args, in_axes)
 
 
 @pytest.mark.parametrize("f", [wnn.softmax, wnn.log_softmax, wnn.normalize, lambda a: wnn.gelu(a) * wnn.silu(a)])

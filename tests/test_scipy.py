@@ -1,4 +1,5 @@
 """wengert.scipy: values equal SciPy's; first and second derivatives match finite differences."""
+import functools
 import subprocess
 import sys
 import warnings
@@ -8,6 +9,8 @@ import pytest
 
 import wengert as wg
 import wengert.numpy as wnp
+
+from transform_checks import grad_inside, inside_vmap_equals_loop, refuse_transposed_jvp
 
 sc = pytest.importorskip("scipy.special")
 st = pytest.importorskip("scipy.stats")
@@ -21,14 +24,7 @@ FWD_REV = ("fwd", "rev")
 @pytest.fixture
 def own_jvp_rules(monkeypatch):
     """Forward mode must run scipy.special's own JVP rules: the transposed-VJP fallback fails the test."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name.startswith("scipy.special."):
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name.startswith("scipy.special."))
 
 
 def _pos(rng, shape, lo=0.5, hi=3.0):
@@ -261,14 +257,7 @@ from wengert.scipy import signal as wsig  # noqa: E402
 @pytest.fixture
 def own_convolve_jvp(monkeypatch):
     """Forward mode must run the convolution's own (bilinear) JVP rule, not the transposed-VJP fallback."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name == "scipy.signal.convolve":
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name == "scipy.signal.convolve")
 
 
 def test_signal_jvp_is_the_product_rule_and_jacfwd_equals_jacobian(own_convolve_jvp):
@@ -361,14 +350,7 @@ def test_expm_sqrtm_sylvester(own_linalg_jvp_rules):
 @pytest.fixture
 def own_linalg_jvp_rules(monkeypatch):
     """Forward mode must run scipy.linalg's own JVP rules: the transposed-VJP fallback fails the test."""
-    from wengert.transforms import forward
-    fallback = forward.transposed_jvp
-
-    def refuse(prim, *args):
-        if prim.name.startswith("scipy.linalg."):
-            raise AssertionError(f"{prim.name} has no JVP rule: forward mode fell back to its VJP")
-        return fallback(prim, *args)
-    monkeypatch.setattr(forward, "transposed_jvp", refuse)
+    refuse_transposed_jvp(monkeypatch, lambda name: name.startswith("scipy.linalg."))
 
 
 def test_every_scipy_linalg_primitive_has_a_jvp_rule():
@@ -407,8 +389,6 @@ def test_scipy_ufuncs_on_traced_values_are_wengerts():
 
 
 # --- vmap: special functions and stats batched without a per-example loop ----------------------------
-import warnings  # noqa: E402
-
 _R = np.random.default_rng(21)
 _VB = 3
 _POS = _R.uniform(0.5, 3.0, (_VB, 4))
@@ -536,23 +516,7 @@ def test_special_nested_vmap_equals_a_double_loop(name):
 
 
 # --- a grad inside vmap: the tape records batched values (prim.batched_vjp) -------------------------
-from wengert.scipy import signal as wsig  # noqa: E402
-
-
-def _inside_vmap_equals_loop(inner, args, in_axes):
-    """vmap of ``inner`` (which differentiates inside) without vmap's per-example fallback, against a loop."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = wg.vmap(inner, in_axes=in_axes)(*args)
-    size = next(a.shape[0] for a, ax in zip(args, in_axes) if ax is not None)
-    loop = [inner(*[a if ax is None else a[i] for a, ax in zip(args, in_axes)]) for i in range(size)]
-    for k, leaf in enumerate(wg.tree.flatten(out)[0]):
-        np.testing.assert_allclose(leaf, np.stack([wg.tree.flatten(r)[0][k] for r in loop]), rtol=1e-9, atol=1e-12)
-
-
-def _grad_inside(loss, argnums=0):
-    """A grad whose result is used inside the vmapped function (not vmap(grad(f)), which is rewritten)."""
-    return lambda *a: wg.tree.map(lambda t: t * 1.0, wg.grad(loss, argnums=argnums)(*a))
+_inside_vmap_equals_loop = functools.partial(inside_vmap_equals_loop, rtol=1e-9, atol=1e-12)
 
 
 def _sum_sin(f):
@@ -573,15 +537,15 @@ _UNARY_DOMAINS = {"gammaln": _POS, "digamma": _POS, "gamma": _POS, "rgamma": _PO
 def test_grad_and_hessian_inside_vmap_of_special_functions_are_batched(name):
     f = getattr(ws, name)
     x = _UNARY_DOMAINS[name]
-    _inside_vmap_equals_loop(_grad_inside(_sum_sin(lambda a, c: f(a * c)), (0, 1)), (x, _W), (0, None))
+    _inside_vmap_equals_loop(grad_inside(_sum_sin(lambda a, c: f(a * c)), (0, 1)), (x, _W), (0, None))
     _inside_vmap_equals_loop(wg.hessian(_sum_sin(f)), (x,), (0,))
 
 
 @pytest.mark.parametrize("name", ["beta", "betaln", "xlogy", "xlog1py"])
 def test_grad_inside_vmap_of_binary_special_functions_is_batched(name):
     f = getattr(ws, name)
-    _inside_vmap_equals_loop(_grad_inside(_sum_sin(f), (0, 1)), (_POS, _W), (0, None))
-    _inside_vmap_equals_loop(_grad_inside(_sum_sin(f), (0, 1)), (_W, _POS), (None, 0))
+    _inside_vmap_equals_loop(grad_inside(_sum_sin(f), (0, 1)), (_POS, _W), (0, None))
+    _inside_vmap_equals_loop(grad_inside(_sum_sin(f), (0, 1)), (_W, _POS), (None, 0))
 
 
 @pytest.mark.parametrize("loss", [
@@ -592,7 +556,7 @@ def test_grad_inside_vmap_of_binary_special_functions_is_batched(name):
     lambda x: ws.softmax(x), lambda x: ws.log_softmax(x), lambda x: ws.logsumexp(x),
 ])
 def test_grad_inside_vmap_of_more_special_functions_is_batched(loss):
-    _inside_vmap_equals_loop(_grad_inside(_sum_sin(loss)), (_POS,), (0,))
+    _inside_vmap_equals_loop(grad_inside(_sum_sin(loss)), (_POS,), (0,))
 
 
 @pytest.mark.parametrize("loss", [
@@ -603,17 +567,17 @@ def test_grad_inside_vmap_of_more_special_functions_is_batched(loss):
 ])
 def test_grad_inside_vmap_of_stats_is_batched(loss):
     args = (_POS, _W, _POS[::-1])
-    _inside_vmap_equals_loop(_grad_inside(lambda *a: wnp.sum(loss(*a)), (0, 1, 2)), args, (0, None, 0))
+    _inside_vmap_equals_loop(grad_inside(lambda *a: wnp.sum(loss(*a)), (0, 1, 2)), args, (0, None, 0))
 
 
 @pytest.mark.parametrize("mode", ["full", "same", "valid"])
 def test_grad_inside_vmap_of_convolve_is_batched(mode):
     a, b = _RV.standard_normal((3, 7)), _RV.standard_normal((3, 3))
-    loss = _grad_inside(_sum_sin(lambda x, y: wsig.convolve(x, y, mode=mode)), (0, 1))
+    loss = grad_inside(_sum_sin(lambda x, y: wsig.convolve(x, y, mode=mode)), (0, 1))
     _inside_vmap_equals_loop(loss, (a, b), (0, 0))
     _inside_vmap_equals_loop(loss, (a, b[0]), (0, None))
     _inside_vmap_equals_loop(loss, (a[0], b), (None, 0))
-    corr = _grad_inside(_sum_sin(lambda x, y: wsig.correlate(x, y, mode=mode)), (0, 1))
+    corr = grad_inside(_sum_sin(lambda x, y: wsig.correlate(x, y, mode=mode)), (0, 1))
     _inside_vmap_equals_loop(corr, (_RV.standard_normal((3, 5, 4)), _RV.standard_normal((3, 2, 3))), (0, 0))
 
 

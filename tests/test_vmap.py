@@ -11,6 +11,7 @@ import wengert as wg
 import wengert.numpy as wnp
 
 from test_numpy_grads import CASE_IDS, CASES, Arg, rng_for
+from transform_checks import inside_vmap_equals_loop
 
 # rows that cannot be batched at all: the result's size depends on the values of one example
 RAGGED = {"x[x > 0]"}
@@ -595,18 +596,23 @@ def _sum_of_outputs(fn):
     return total
 
 
+@pytest.mark.parametrize("opened_inside", [False, True], ids=["vmap(grad)", "grad inside vmap"])
 @pytest.mark.parametrize("name", [n for n in CASE_IDS if n not in RAGGED])
-def test_per_example_gradients_of_every_table_row_equal_a_loop(name):
-    """vmap(grad(f)) is rewritten as the gradient of a vmapped f: batched for every row."""
+def test_gradients_of_every_table_row_under_vmap_equal_a_loop(name, opened_inside):
+    """vmap(grad(f)) itself is run as the gradient of a vmapped f (_per_example_grad); behind a
+    wrapper the grad is opened inside vmap and its backward pass runs the VJP rules on batched values
+    (sort's included: x[argsort(x)] reads indices that differ per example, and its transpose is a
+    scatter with those indices). Both are batched for every row."""
     fn, ex, args, axes = _examples(name)
     floats = tuple(i for i, ax in enumerate(axes)
                    if ax is not None and np.issubdtype(np.asarray(ex[0][i]).dtype, np.inexact))
     if not floats:
         pytest.skip("no floating-point argument to differentiate")
     per_example = wg.grad(_sum_of_outputs(fn), argnums=floats)
+    batched = (lambda *a: per_example(*a)) if opened_inside else per_example
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = wg.vmap(per_example, in_axes=axes)(*args)
+        out = wg.vmap(batched, in_axes=axes)(*args)
     assert_batched_equals_loop(out, [per_example(*e) for e in ex])
     assert not caught, [str(w.message) for w in caught]
 
@@ -632,34 +638,8 @@ def test_jacobians_hessians_and_vjps_inside_vmap_are_batched():
         np.testing.assert_allclose(out, np.stack([fn(r) for r in x]), rtol=1e-12, atol=1e-12)
 
 
-# vmap(grad(f)) itself is recognized and run as grad of vmap (_per_example_grad), so the table test
-# above never opens a tape inside the batch; behind a wrapper the grad is opened inside vmap and its
-# backward pass runs the VJP rules on batched values (sort's included: x[argsort(x)] reads indices
-# that differ per example, and its transpose is a scatter with those indices)
-@pytest.mark.parametrize("name", [n for n in CASE_IDS if n not in RAGGED])
-def test_grad_opened_inside_the_vmapped_function_of_every_table_row_equals_a_loop(name):
-    fn, ex, args, axes = _examples(name)
-    floats = tuple(i for i, ax in enumerate(axes)
-                   if ax is not None and np.issubdtype(np.asarray(ex[0][i]).dtype, np.inexact))
-    if not floats:
-        pytest.skip("no floating-point argument to differentiate")
-    per_example = wg.grad(_sum_of_outputs(fn), argnums=floats)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = wg.vmap(lambda *a: per_example(*a), in_axes=axes)(*args)
-    assert_batched_equals_loop(out, [per_example(*e) for e in ex])
-    assert not caught, [str(w.message) for w in caught]
-
-
 def _inside_equals_loop(fn, *args, in_axes=0):
-    """vmap of ``fn`` (which opens its own transform) against a loop, with warnings as errors."""
-    axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-    size = next(np.shape(a)[0] for a, ax in zip(args, axes) if ax is not None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = wg.vmap(lambda *a: fn(*a), in_axes=in_axes)(*args)
-    refs = [fn(*[a if ax is None else a[i] for a, ax in zip(args, axes)]) for i in range(size)]
-    assert_batched_equals_loop(out, refs)
+    inside_vmap_equals_loop(fn, args, in_axes, rtol=1e-12, atol=1e-12)
 
 
 _TIES = np.array([[[1.0, 3.0, 3.0], [0.0, 2.0, -1.0]],     # a tie in a row, none in a column

@@ -8,7 +8,7 @@ import pytest
 import wengert as wg
 import wengert.numpy as wnp
 
-from no_warnings import no_warnings
+from transform_checks import no_warnings
 
 
 _NUMPY_UPDATE = {"set": lambda old, v: v + 0 * old, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}

@@ -10,7 +10,7 @@ import wengert as wg
 import wengert.numpy as wnp
 from wengert.scipy import signal as wsig
 
-from no_warnings import no_warnings
+from transform_checks import no_warnings
 
 
 def _operands(rng, shape, batch, complex_):
