@@ -81,6 +81,15 @@ def check_not_stale(trace, args, prim):
                 )
 
 
+def refuse_writes_into_inputs(trace, memory):
+    """An input of a transform is the caller's array: writing into it (or a view of it) is refused."""
+    for arr in trace.inputs:
+        if root(arr) is memory:
+            raise InPlaceWriteError(
+                "x[...] = v writes into an input of the transform (or a view of one): that would change "
+                "the caller's array. " + ADVICE)
+
+
 def write_in_place(x, index, value, write_prim):
     """``x[index] = value`` for a tracer ``x``: mutate its memory and record the write."""
     trace = x._trace
@@ -96,11 +105,7 @@ def write_in_place(x, index, value, write_prim):
     memory = root(x.value)
     if not isinstance(x.value, np.ndarray):
         raise InPlaceWriteError("Item assignment needs an array; " + ADVICE)
-    for arr in trace.inputs:
-        if root(arr) is memory:
-            raise InPlaceWriteError(
-                "x[...] = v writes into an input of the transform (or a view of one): that would change "
-                "the caller's array. " + ADVICE)
+    refuse_writes_into_inputs(trace, memory)
     _scan_saved(trace)
     saver = trace.saved.get(id(memory))
     if saver is not None:

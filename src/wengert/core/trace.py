@@ -113,6 +113,17 @@ def unbox(x):
     return x
 
 
+def shape_of(x):
+    """``x``'s shape; a tracer's ``shape`` (inside vmap, one example's)."""
+    return x.shape if type(x) is Tracer else np.shape(x)
+
+
+def dtype_of(x):
+    """The dtype of ``x``'s plain value."""
+    x = unbox(x)
+    return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+
+
 _METADATA = frozenset(("shape", "dtype", "ndim", "size"))
 
 

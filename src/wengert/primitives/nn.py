@@ -747,6 +747,15 @@ cosine_similarity.fused_jvp = _cosine_jvp
 cosine_similarity.keep_ans = True
 
 
+def _pcs_operands(a, b, eps, stash):
+    """The operands in the rules' precision and their pieces: those the forward pass stashed for
+    plain arrays, else computed again (with traced operations when the operands are traced)."""
+    if type(a) is Tracer or type(b) is Tracer or stash is None or stash[0] is None:
+        a, b = _rule_up(a, b)
+        return a, b, _pcs_parts(a, b, eps)
+    return _up(a)[0], _up(b)[0], stash[0]
+
+
 def _pcs_parts(a, b, eps):
     """The pieces of the seed-000 operation, batch first, with wengert operations (NumPy on plain
     arrays): dot products of raw columns (one batched matmul) scaled by the clamped norms."""
@@ -781,12 +790,7 @@ def _pairwise_cosine_softmax_vjp(g, ans, args, params, parents):
     eps, stash = params["eps"], params.get("stash")
     a, b = args
     da_t, db_t = _dtype(a), _dtype(b)
-    if type(a) is Tracer or type(b) is Tracer or stash is None or stash[0] is None:
-        a, b = _rule_up(a, b)
-        parts = _pcs_parts(a, b, eps)
-    else:
-        a, b = _up(a)[0], _up(b)[0]
-        parts = stash[0]
+    a, b, parts = _pcs_operands(a, b, eps, stash)
     at, bt, s, inv, na, nb, in_a, in_b = parts
     g, p = _rule_up(g, ans)
     gt, pt = S.transpose(g, axes=(2, 0, 1)), S.transpose(p, axes=(2, 0, 1))   # (B, N, R)
@@ -825,12 +829,7 @@ def _pairwise_cosine_softmax_jvp(tangents, ans, args, params):
     a, b = args
     ta, tb = tangents
     dtype = _dtype(ans)
-    if type(a) is Tracer or type(b) is Tracer or stash is None or stash[0] is None:
-        a, b = _rule_up(a, b)
-        parts = _pcs_parts(a, b, eps)
-    else:
-        a, b = _up(a)[0], _up(b)[0]
-        parts = stash[0]
+    a, b, parts = _pcs_operands(a, b, eps, stash)
     at, bt, s, inv, na, nb, in_a, in_b = parts
     dots, radial = None, None
     if ta is not None:

@@ -44,11 +44,9 @@ def _batch_write(prim, vals, batched, params, size):
     ``v`` gets ones after its batch axis up to the rank of ``x[index]``, so it lines up with the
     written block; an unbatched ``v`` broadcasts as it did per example. Indices that vary along
     the batch, or that NumPy would move in front of the batch axis, are left to the per-example loop."""
-    from ..transforms.batching import _batched_index, _broadcast_batch, _index_tracers, _pad_rank, _shape
+    from ..transforms.batching import _batched_index, _broadcast_batch, _pad_rank, _shape
     x, v = vals
     index = params["index"]
-    if _index_tracers(index):
-        return NotImplemented
     stacked_index = _batched_index(index)
     if stacked_index is None:
         return NotImplemented

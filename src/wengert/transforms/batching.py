@@ -262,9 +262,12 @@ def _advanced(i):
 
 def _batched_index(index):
     """``(slice(None),) + index``, or None where NumPy would move the advanced-index axes to the
-    front (advanced indices separated by a slice): then the batch axis would not stay first."""
+    front (advanced indices separated by a slice: then the batch axis would not stay first) and
+    where the index differs per example (a batched tracer in it: gathered or looped instead)."""
     if type(index) is not tuple:
         index = (index,)
+    if _index_tracers(index):
+        return None
     positions = [k for k, i in enumerate(index) if _advanced(i) or isinstance(i, (int, np.integer))]
     if any(_advanced(index[k]) for k in positions) and positions and \
             positions[-1] - positions[0] + 1 != len(positions):
@@ -436,15 +439,19 @@ def matmul_rule(prim, vals, batched, params, size):
         a = _pad_rank(a, rank)
     if bb:
         b = _pad_rank(b, rank)
-    out = prim(a, b)
+    return _drop_vector_axes(prim(a, b), squeeze_a, squeeze_b)
+
+
+def _drop_vector_axes(out, squeeze_a, squeeze_b):
+    """A matmul of operands padded to matrices, with the axes the 1-d operands did not have dropped."""
+    if not (squeeze_a or squeeze_b):
+        return out
     sh = tuple(_shape(out))
     if squeeze_b:
         sh = sh[:-1]
     if squeeze_a:
         sh = sh[:-2] + sh[-1:] if not squeeze_b else sh[:-1]
-    if squeeze_a or squeeze_b:
-        out = S.reshape(out, shape=sh)
-    return out
+    return _prims()[3].reshape(out, shape=sh)
 
 
 RULES = {}
@@ -854,10 +861,7 @@ def f_broadcast_to_rule(prim, vals, batched, params, nb):
 
 
 def f_getitem_rule(prim, vals, batched, params, nb):
-    index = params["index"]
-    if _index_tracers(index):
-        return NotImplemented
-    index = _batched_index(index)
+    index = _batched_index(params["index"])
     if index is None:
         return NotImplemented
     return prim(vals[0], index=(slice(None),) * (nb - 1) + index)
@@ -1031,7 +1035,6 @@ def f_tensordot_rule(prim, vals, batched, params, nb):
 
 
 def f_matmul_rule(prim, vals, batched, params, nb):
-    S = _prims()[3]
     a, b = vals
     ba, bb = batched
     na, nb_ = _ndim(a) - nb * ba, _ndim(b) - nb * bb
@@ -1051,15 +1054,7 @@ def f_matmul_rule(prim, vals, batched, params, nb):
         a = _pad_at(a, nb, rank - na)
     if bb:
         b = _pad_at(b, nb, rank - nb_)
-    out = prim(a, b)
-    sh = tuple(_shape(out))
-    if squeeze_b:
-        sh = sh[:-1]
-    if squeeze_a:
-        sh = sh[:-2] + sh[-1:] if not squeeze_b else sh[:-1]
-    if squeeze_a or squeeze_b:
-        out = S.reshape(out, shape=sh)
-    return out
+    return _drop_vector_axes(prim(a, b), squeeze_a, squeeze_b)
 
 
 def f_unary_rule(prim, vals, batched, params, nb):

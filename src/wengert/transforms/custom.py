@@ -27,7 +27,7 @@ import numpy as np
 from ..config import config
 from ..core import tree
 from ..core.errors import WengertError
-from ..core.trace import Primitive, Tracer, bind, unbox
+from ..core.trace import Primitive, Tracer, bind, dtype_of, shape_of, unbox
 
 
 class CustomGradientError(WengertError, ValueError):
@@ -48,7 +48,7 @@ def _custom_impl(*leaves, spec, box):
     out_leaves, out_def = tree.flatten(out)
     box[0] = res
     box[1] = out_def
-    box[2] = [(_shape_of(x), _dtype_of(x)) for x in leaves]
+    box[2] = [(shape_of(x), dtype_of(x)) for x in leaves]
     return tuple(out_leaves)
 
 
@@ -73,12 +73,12 @@ def _custom_jvp_rule(tangents, ans, args, params):
             f"{fn._describe()} has no forward mode (jvp, jacfwd, hvp, hessian): its pullback is plain "
             "NumPy, which cannot be transposed. Write it with wengert.custom_vjp and a bwd in "
             "wengert.numpy operations.")
-    floats = [k for k, a in enumerate(ans) if np.issubdtype(_dtype_of(a), np.inexact)]
+    floats = [k for k, a in enumerate(ans) if np.issubdtype(dtype_of(a), np.inexact)]
     rng = np.random.default_rng(0)  # bwd is linear in g: any g gives the same gradient
-    seeds = [rng.standard_normal(_shape_of(ans[k])).astype(_dtype_of(ans[k])) for k in floats]
+    seeds = [rng.standard_normal(shape_of(ans[k])).astype(dtype_of(ans[k])) for k in floats]
 
     def pairing(gs):
-        g = [np.zeros(_shape_of(a), _dtype_of(a)) for a in ans]
+        g = [np.zeros(shape_of(a), dtype_of(a)) for a in ans]
         for k, gk in zip(floats, gs):
             g[k] = gk
         leaves = fn._check_cotangents(fn._bwd(nondiff, res, tree.unflatten(out_def, g)), in_def, avals)
@@ -126,7 +126,7 @@ def _over_the_batch(fn, in_def, nondiff, batched, vals, out_def):
     from .. import numpy as wnp
     from .batching import batched_call, vmap
     axes = tuple(0 if b else None for b in batched)
-    avals = [(tuple(_shape_of(v))[1:] if b else tuple(_shape_of(v)), _dtype_of(v)) for v, b in zip(vals, batched)]
+    avals = [(tuple(shape_of(v))[1:] if b else tuple(shape_of(v)), dtype_of(v)) for v, b in zip(vals, batched)]
     res_axes = [None]
 
     def one_example(*leaves):
@@ -147,7 +147,7 @@ def _over_the_batch(fn, in_def, nondiff, batched, vals, out_def):
 
     def whole_fwd(*leaves):
         (out, res), (out_axes, res_axes[0]) = batched_call(fwd_one_example, leaves, axes)
-        out = tuple(o if ax == 0 else wnp.broadcast_to(o, (size,) + tuple(_shape_of(o)))
+        out = tuple(o if ax == 0 else wnp.broadcast_to(o, (size,) + tuple(shape_of(o)))
                     for o, ax in zip(out, out_axes))
         return out, res
 
@@ -181,18 +181,9 @@ class _CustomPrimitive(Primitive):
         return _custom_impl(*leaves, **params)
 
 
-def _shape_of(x):
-    return x.shape if type(x) is Tracer else np.shape(x)
-
-
-def _dtype_of(x):
-    x = unbox(x)
-    return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
-
-
 def _what(x):
     if type(x) is Tracer or isinstance(x, np.ndarray):
-        return f"an array of shape {_shape_of(x)} and dtype {_dtype_of(x)}"
+        return f"an array of shape {shape_of(x)} and dtype {dtype_of(x)}"
     if isinstance(x, (tuple, list)):
         return f"a {type(x).__name__} of length {len(x)}"
     return f"a {type(x).__name__}"
@@ -350,8 +341,8 @@ class _Custom:
             if isinstance(ct, (int, float)) and plain.ndim == 0:
                 plain = plain.astype(dtype)  # a Python number takes the argument's dtype, as NumPy would
             ct = plain
-        ct_shape = _shape_of(ct)
-        ct_dtype = _dtype_of(ct)
+        ct_shape = shape_of(ct)
+        ct_dtype = dtype_of(ct)
         if ct_shape != shape or ct_dtype != dtype:
             what = "shape" if ct_shape != shape else "dtype"
             raise CustomGradientError(
@@ -362,7 +353,7 @@ class _Custom:
 
     # -- the debug check against finite differences ------------------------------------------------
     def _check_rule(self, leaves, in_def, nondiff):
-        key = (in_def, tuple((_shape_of(x), str(_dtype_of(x))) for x in leaves), _key_of(nondiff))
+        key = (in_def, tuple((shape_of(x), str(dtype_of(x))) for x in leaves), _key_of(nondiff))
         if key in self._checked:
             return
         self._checked.add(key)

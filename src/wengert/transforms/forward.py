@@ -23,8 +23,8 @@ import numpy as np
 
 from ..core import tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
-from ..core.mutation import InPlaceWriteError, ADVICE, check_not_stale, root
-from ..core.trace import Trace, Tracer, _depth, close_trace, unbox
+from ..core.mutation import ADVICE, InPlaceWriteError, check_not_stale, refuse_writes_into_inputs, root
+from ..core.trace import Trace, Tracer, _depth, close_trace, dtype_of, shape_of, unbox
 from .batching import _SHIELDS
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
 
@@ -81,11 +81,7 @@ class JVPTrace(Trace):
         memory = root(x.value)
         if not isinstance(x.value, np.ndarray) or type(x.value) is Tracer:
             raise InPlaceWriteError("Item assignment needs an array of this transform; " + ADVICE)
-        for arr in self.inputs:
-            if root(arr) is memory:
-                raise InPlaceWriteError(
-                    "x[...] = v writes into an input of the transform (or a view of one): that would "
-                    "change the caller's array. " + ADVICE)
+        refuse_writes_into_inputs(self, memory)
         if self.written is None:
             self.written = {}
         else:
@@ -155,17 +151,8 @@ def transposed_jvp(prim, tangents, vals, params):
 
 
 def _zeros_for(v, ans):
-    dtype = np.result_type(_dtype(v), _dtype(ans))
-    return np.zeros(_shape(v), dtype)
-
-
-def _shape(x):
-    return x.shape if type(x) is Tracer else np.shape(x)
-
-
-def _dtype(x):
-    plain = unbox(x)
-    return plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
+    dtype = np.result_type(dtype_of(v), dtype_of(ans))
+    return np.zeros(shape_of(v), dtype)
 
 
 _PLAIN = frozenset((np.ndarray, np.float64, np.float32, np.float16, np.complex128, np.complex64))
@@ -178,20 +165,20 @@ def _fit(t, ans):
     kind = type(t)
     if kind is type(ans) and kind in _PLAIN and t.shape == ans.shape and t.dtype == ans.dtype:
         return t if ans.dtype.kind in "fc" else None
-    dtype = _dtype(ans)
+    dtype = dtype_of(ans)
     if not np.issubdtype(dtype, np.inexact):
         return None
-    shape = _shape(ans)
-    if _shape(t) != shape:
+    shape = shape_of(ans)
+    if shape_of(t) != shape:
         from ..primitives.shape import broadcast_to
         t = broadcast_to(t, shape=tuple(shape))
-    t_dtype = _dtype(t)
+    t_dtype = dtype_of(t)
     if t_dtype != dtype:
         from ..primitives.complex import real
         from ..primitives.shape import astype
         if np.issubdtype(t_dtype, np.complexfloating) and not np.issubdtype(dtype, np.complexfloating):
             t = real(t)
-        if _dtype(t) != dtype:
+        if dtype_of(t) != dtype:
             t = astype(t, dtype=dtype)
     return t
 
@@ -236,10 +223,10 @@ def _jvp_leaves(f, primal_leaves, tangent_leaves, rebuild):
 
 
 def _zeros_like(leaf):
-    dtype = _dtype(leaf)
+    dtype = dtype_of(leaf)
     if not np.issubdtype(dtype, np.inexact):
         dtype = np.float64
-    return np.zeros(_shape(leaf), dtype)
+    return np.zeros(shape_of(leaf), dtype)
 
 
 def _check_tangents(primals, tangents, f):
@@ -252,11 +239,11 @@ def _check_tangents(primals, tangents, f):
     p_leaves, t_out = [], []
     for (path, p), t in zip(p_pairs, t_leaves):
         p = _as_input(p, f, path[0], path[1:])
-        if tuple(_shape(p)) != tuple(_shape(t)):
-            raise ValueError(f"jvp: a tangent of shape {tuple(_shape(t))} for a primal of shape "
-                             f"{tuple(_shape(p))} (argument {path[0]}{tree.path_str(path[1:])})")
+        if tuple(shape_of(p)) != tuple(shape_of(t)):
+            raise ValueError(f"jvp: a tangent of shape {tuple(shape_of(t))} for a primal of shape "
+                             f"{tuple(shape_of(p))} (argument {path[0]}{tree.path_str(path[1:])})")
         p_leaves.append(p)
-        t_out.append(t if type(t) is Tracer else np.asarray(t, dtype=_dtype(p)))
+        t_out.append(t if type(t) is Tracer else np.asarray(t, dtype=dtype_of(p)))
     return p_leaves, t_out, p_def
 
 
@@ -280,7 +267,7 @@ def linearize(f, *primals):
     """
     out, vjp_fn = vjp(f, *primals)
     out_leaves, out_def = tree.flatten(out)
-    floats = [k for k, leaf in enumerate(out_leaves) if np.issubdtype(_dtype(leaf), np.inexact)]
+    floats = [k for k, leaf in enumerate(out_leaves) if np.issubdtype(dtype_of(leaf), np.inexact)]
 
     def f_jvp(*tangents):
         _, t_leaves, _ = _check_tangents(primals, tangents, f)
@@ -352,9 +339,9 @@ def jacfwd(f, argnums=0):
         out_def = None
         per_leaf = []  # per input leaf: the output tangent leaves, batched over its elements
         for j, leaf in enumerate(p_leaves):
-            shape = tuple(_shape(leaf))
+            shape = tuple(shape_of(leaf))
             n = int(np.prod(shape, dtype=int))
-            basis = np.eye(n, dtype=_dtype(leaf)).reshape((n,) + shape)
+            basis = np.eye(n, dtype=dtype_of(leaf)).reshape((n,) + shape)
 
             def along(t, j=j):
                 ts = [None] * len(p_leaves)
@@ -392,7 +379,7 @@ def _batched(fn, basis, n):
 def _to_block(batched_leaf, in_shape):
     """A (n, *out_shape) stack of JVP columns as the (*out_shape, *in_shape) Jacobian block."""
     from .. import numpy as wnp
-    out_shape = tuple(_shape(batched_leaf))[1:]
+    out_shape = tuple(shape_of(batched_leaf))[1:]
     nd = len(out_shape)
     xp = wnp if type(batched_leaf) is Tracer else np
     moved = xp.moveaxis(batched_leaf, 0, -1) if nd else batched_leaf

@@ -14,7 +14,7 @@ from ..core import tree
 from ..core.backward import backward
 from ..core.mutation import root
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
-from ..core.trace import Tracer, close_trace, collector_paused, new_input, new_trace, unbox
+from ..core.trace import Tracer, close_trace, collector_paused, new_input, new_trace, shape_of, unbox
 
 
 def _argnames(f, count):
@@ -199,9 +199,9 @@ def vjp(f, *primals, has_aux=False):
                 f"vjp_fn: the cotangent's structure {ct_def!r} differs from the output's {rec.out_def!r}"
             )
         for c, o in zip(ct_leaves, rec.out_leaves):
-            if _shape_of(c) != _shape_of(o):
+            if shape_of(c) != shape_of(o):
                 raise ValueError(
-                    f"vjp_fn: cotangent of shape {_shape_of(c)} for an output of shape {_shape_of(o)}"
+                    f"vjp_fn: cotangent of shape {shape_of(c)} for an output of shape {shape_of(o)}"
                 )
         ct_leaves = [c if type(c) is Tracer or c is None else np.asarray(c)[()] for c in ct_leaves]
         return rec.pull(ct_leaves, keep_tape=True)
@@ -209,11 +209,6 @@ def vjp(f, *primals, has_aux=False):
     if has_aux:
         return rec.out, vjp_fn, rec.aux
     return rec.out, vjp_fn
-
-
-def _shape_of(x):
-    """One example's shape inside vmap (a tracer's ``shape``), NumPy's elsewhere."""
-    return tuple(x.shape) if type(x) is Tracer else np.shape(x)
 
 
 def value_and_grad(f, argnums=0, has_aux=False):
@@ -227,8 +222,8 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def value_and_grad_f(*args, **kwargs):
         nums, many = _normalize_argnums(argnums, len(args), f)
         rec = _Recording(f, args, nums, has_aux, kwargs)
-        if rec.out_def != tree.LEAF or len(_shape_of(rec.out)) != 0:
-            shape = _shape_of(rec.out) if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
+        if rec.out_def != tree.LEAF or len(shape_of(rec.out)) != 0:
+            shape = shape_of(rec.out) if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
             raise NonScalarOutputError(
                 f"grad of {getattr(f, '__name__', 'f')}: the output must be a scalar, but it has "
                 f"shape {shape}. Use wengert.vjp for a vector-Jacobian product, or "
@@ -280,8 +275,8 @@ def jacobian(f, argnums=0, has_aux=False):
         rec = _Recording(f, args, nums, has_aux, kwargs)
         blocks_per_out = []
         for k, out_leaf in enumerate(rec.out_leaves):
-            out_shape = _shape_of(out_leaf)
-            in_shapes = [_shape_of(leaf) for leaf in rec.in_leaves]
+            out_shape = shape_of(out_leaf)
+            in_shapes = [shape_of(leaf) for leaf in rec.in_leaves]
             rows = []
             for e in range(int(np.prod(out_shape, dtype=int))):
                 cts = [None] * len(rec.out_leaves)
