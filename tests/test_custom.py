@@ -487,3 +487,23 @@ def test_transforms_of_a_custom_vjp_inside_vmap_are_batched():
             warnings.simplefilter("error")
             out = wg.vmap(fn)(xs)
         np.testing.assert_allclose(out, np.stack([fn(x) for x in xs]), rtol=1e-12, atol=1e-12)
+
+
+def test_custom_vjp_under_vmap_with_an_output_that_does_not_depend_on_the_batch():
+    """fwd returns an output computed from unbatched arguments only: it is broadcast along the batch."""
+    @wg.custom_vjp
+    def f(x, y):
+        return wnp.sin(x) * y, y * 2.0
+
+    f.defvjp(lambda x, y: ((wnp.sin(x) * y, y * 2.0), (x, y)),
+             lambda res, g: (wnp.cos(res[0]) * res[1] * g[0], wnp.sin(res[0]) * g[0] + 2.0 * g[1]))
+    rng = np.random.default_rng(24)
+    xs, y = rng.random((4, 3)), rng.random(3)
+
+    def loss(xs, y):
+        scaled, doubled = wg.vmap(f, in_axes=(0, None))(xs, y)
+        return wnp.sum(scaled * doubled)
+
+    gx, gy = wg.grad(loss, argnums=(0, 1))(xs, y)
+    np.testing.assert_allclose(gx, np.cos(xs) * y * 2 * y)
+    np.testing.assert_allclose(gy, (np.sin(xs) * 4 * y).sum(axis=0))

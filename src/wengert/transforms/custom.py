@@ -115,14 +115,15 @@ def _custom_batch_rule(prim, vals, batched, params, size):
             raise NeedsLoop(f"{fn._describe()} is plain NumPy, so it cannot take a batch and be differentiated")
         return NotImplemented                      # per example, this call only
     out_def = [None]
-    out = tuple(_over_the_batch(fn, in_def, nondiff, batched, vals, out_def)(*vals))
+    out = tuple(_over_the_batch(fn, in_def, nondiff, batched, vals, size, out_def)(*vals))
     params["box"][1] = out_def[0]   # the output's structure, for the caller (as _custom_impl gives it)
     return out
 
 
-def _over_the_batch(fn, in_def, nondiff, batched, vals, out_def):
-    """A custom_vjp of the input leaves ``vals`` (batch on axis 0 where ``batched``) giving ``fn``'s
-    output leaves for every example; ``out_def[0]`` receives the output's tree structure."""
+def _over_the_batch(fn, in_def, nondiff, batched, vals, size, out_def):
+    """A custom_vjp of the input leaves ``vals`` (batch of ``size`` on axis 0 where ``batched``)
+    giving ``fn``'s output leaves for every example; ``out_def[0]`` receives the output's tree
+    structure."""
     from .. import numpy as wnp
     from .batching import batched_call, vmap
     axes = tuple(0 if b else None for b in batched)
