@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as _sl
 
-from ..core.trace import Tracer, unbox
+from ..core.trace import Tracer
 from ..numpy import _functions as F
 from ..numpy import linalg as _la
 from ..primitives import linalg as _la_prims
