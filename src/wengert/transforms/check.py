@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import tree
-from ..core.trace import unbox
-from .reverse import _argnames, grad
+from ..core.trace import Tracer, unbox
+from .reverse import _argnames, _Recording, grad
 
 
 def _to_float64(x):
@@ -50,6 +50,22 @@ def _split_complex(f, xs, labels):
 
     of_parts.__name__ = getattr(f, "__name__", "f")
     return of_parts, parts, new_labels
+
+
+def _on_traced_values(f):
+    """``f`` evaluated on traced values even when given plain arrays (its output plain again).
+
+    Finite differences then run the code the derivatives run: a function written for traced
+    values (``x.at[idx].set(v)``, which plain NumPy arrays lack) is checked without wengert
+    touching ``numpy.ndarray``. Called with tracers (inside ``grad``) it is ``f`` itself.
+    """
+    def traced_f(*xs):
+        if any(type(x) is Tracer for x in xs):
+            return f(*xs)
+        return _Recording(f, xs, tuple(range(len(xs))), False).out
+
+    traced_f.__name__ = getattr(f, "__name__", "f")
+    return traced_f
 
 
 def _scalarize(f, args, rng):
@@ -128,6 +144,7 @@ def check_grads(f, args, order=1, modes=("rev",), eps=1e-6, rtol=1e-5, atol=1e-6
     xs = [flat[argnum][0][k][1] for argnum, k in slots]
     if any(np.iscomplexobj(x) for x in xs):
         of_leaves, xs, labels = _split_complex(of_leaves, xs, labels)
+    of_leaves = _on_traced_values(of_leaves)
     if "fwd" in modes:
         _check_forward(of_leaves, xs, getattr(f, "__name__", "f"), order, eps, rtol, atol, seed)
     if "rev" in modes:

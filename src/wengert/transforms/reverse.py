@@ -214,6 +214,9 @@ def vjp(f, *primals, has_aux=False):
 def value_and_grad(f, argnums=0, has_aux=False):
     """``f``'s value and its gradient with respect to ``argnums``; ``f`` must return a scalar.
 
+    An output holding exactly one element (shape ``(1,)``, ``(1, 1)``) counts as a scalar, as in
+    autograd: the value comes back in its shape, the gradient is that of its one element.
+
     ``argnums`` counts positional arguments; keyword arguments are passed to ``f`` as they are and
     are not differentiated.
     """
@@ -222,12 +225,15 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def value_and_grad_f(*args, **kwargs):
         nums, many = _normalize_argnums(argnums, len(args), f)
         rec = _Recording(f, args, nums, has_aux, kwargs)
-        if rec.out_def != tree.LEAF or len(shape_of(rec.out)) != 0:
-            shape = shape_of(rec.out) if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
+        # a scalar, or (autograd's habit) an array of exactly one element, shape (1,) or (1, 1)
+        out_shape = shape_of(rec.out) if rec.out_def == tree.LEAF else None
+        if out_shape is None or any(n != 1 for n in out_shape):
+            shape = out_shape if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
             raise NonScalarOutputError(
-                f"grad of {getattr(f, '__name__', 'f')}: the output must be a scalar, but it has "
-                f"shape {shape}. Use wengert.vjp for a vector-Jacobian product, or "
-                "wengert.jacobian for the full Jacobian (or reduce the output, e.g. with .sum())."
+                f"grad of {getattr(f, '__name__', 'f')}: the output must be a scalar (or hold "
+                f"exactly one element), but it has shape {shape}. Use wengert.vjp for a "
+                "vector-Jacobian product, or wengert.jacobian for the full Jacobian (or reduce "
+                "the output, e.g. with .sum())."
             )
         plain = unbox(rec.out)
         if not np.issubdtype(np.asarray(plain).dtype, np.floating):
@@ -237,7 +243,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
                 f"grad of {getattr(f, '__name__', 'f')}: the output has dtype "
                 f"{np.asarray(plain).dtype}; it must be real floating point to be differentiated{hint}"
             )
-        seed = np.ones((), np.asarray(plain).dtype)[()]
+        seed = np.ones(out_shape, np.asarray(plain).dtype)[()]
         grads = rec.pull([seed], keep_tape=False)
         g = grads if many else grads[0]
         value = rec.out
