@@ -11,7 +11,7 @@ import wengert as wg
 import wengert.numpy as wnp
 
 from test_numpy_grads import CASE_IDS, CASES, Arg, rng_for
-from transform_checks import inside_vmap_equals_loop
+from transform_checks import inside_vmap_equals_loop, no_warnings
 
 # rows that cannot be batched at all: the result's size depends on the values of one example
 RAGGED = {"x[x > 0]"}
@@ -209,6 +209,19 @@ def test_batched_indices_and_comparisons():
     np.testing.assert_allclose(g, ref)
 
 
+def test_buffer_writes_inside_vmap_are_batched():
+    def doubled(x):
+        b = wg.Buffer.zeros((3,), x.dtype)
+        for i in range(3):
+            b[i] = x[i] * 2
+        return b.freeze()
+    x = np.random.default_rng(8).standard_normal((4, 3))
+    with no_warnings():
+        np.testing.assert_allclose(wg.vmap(doubled)(x), 2 * x)
+        g = wg.grad(lambda x: wnp.sum(wg.vmap(doubled)(x) ** 2))(x)
+    np.testing.assert_allclose(g, 8 * x)
+
+
 def test_leaked_batch_tracer_is_refused():
     leaked = []
     wg.vmap(lambda x: leaked.append(x) or x)(np.ones((2, 3)))
@@ -217,14 +230,12 @@ def test_leaked_batch_tracer_is_refused():
 
 
 def test_code_the_batched_path_cannot_run_falls_back_with_a_warning():
-    def doubled(x):
-        b = wg.Buffer.zeros((3,), x.dtype)
-        for i in range(3):
-            b[i] = x[i] * 2
-        return b.freeze()
+    def doubled_if_positive(x):
+        return x * 2 if x[0] > 0 else -x   # Python control flow on a batched value
     x = np.random.default_rng(8).standard_normal((4, 3))
+    expected = np.stack([r * 2 if r[0] > 0 else -r for r in x])
     with pytest.warns(UserWarning, match="once per example"):
-        np.testing.assert_allclose(wg.vmap(doubled)(x), 2 * x)
+        np.testing.assert_allclose(wg.vmap(doubled_if_positive)(x), expected)
     with pytest.raises(ValueError), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         wg.vmap(lambda r: r @ np.ones(5))(x)   # the user's own error still surfaces

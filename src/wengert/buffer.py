@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core.mutation import InPlaceWriteError, write_in_place
+from .core.mutation import InPlaceWriteError
 from .core.trace import Tracer, unbox
-from .numpy import _methods
 from .numpy._methods import _clean_index
 from .primitives import elementwise as E
-from .primitives.scatter import buffer_snapshot, has_duplicates, index_add, scatter_multiply, scatter_set, write
+from .primitives.scatter import buffer_snapshot, has_duplicates, index_add, scatter_multiply, scatter_set
 from .primitives.shape import getitem
 
 
@@ -48,8 +47,8 @@ class Buffer:
         self._parents = []
         self._frozen = False
         self._functional = None
-        if self._trace is not None and self._trace.forward:
-            self._functional = initial  # a forward level has no tape: functional updates from the start
+        if self._trace is not None and self._trace.computes:
+            self._functional = initial  # a level without a tape: functional updates from the start
 
     @classmethod
     def zeros(cls, shape, dtype=np.float64):
@@ -75,7 +74,7 @@ class Buffer:
             trace = value._trace
             if self._trace is None:
                 self._trace = trace
-            if trace is not self._trace or type(value.value) is Tracer or trace.forward:
+            if trace is not self._trace or type(value.value) is Tracer or trace.computes:
                 self._go_functional()
                 self[index] = value
                 return
@@ -141,8 +140,8 @@ class Buffer:
 
     def _go_functional(self):
         """Switch to functional updates (needed when values of nested transforms are written, and
-        under forward mode, whose level has no tape)."""
-        if self._trace.forward and self._base is None:
+        under forward mode or vmap, whose levels have no tape)."""
+        if self._trace.computes and self._base is None:
             self._functional = self._data.copy()
         else:
             self._functional = self._snapshot(final=False)
@@ -203,9 +202,4 @@ def at(x):
     return _At(x if type(x) is Tracer else np.asarray(x))
 
 
-def _setitem(x, index, value):
-    write_in_place(x, _clean_index(index), value, write)
-
-
 Tracer.at = property(at)
-_methods._SETITEM[0] = _setitem

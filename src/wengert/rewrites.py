@@ -27,9 +27,9 @@ recorded by the user                          recorded instead
 Cross-entropy of a softmax, ``-sum(t * log(softmax(x)))`` or ``-log(softmax(x))[range(n), y]``,
 thereby becomes cross-entropy of ``log_softmax``, whose gradient is ``softmax(x) * sum(t) - t``.
 
-Cost. Only ``log`` is changed: it becomes an instance of :class:`_RewritingLog`, a subclass of
-``Primitive`` whose ``__call__`` looks at one tape entry before calling ``bind``. Every other
-primitive's call path is untouched. To find the input of ``exp``, ``exp`` entries keep their
+Cost. Only ``log`` is changed: its ``rewrite`` hook (``Primitive.rewrite``, which a primitive
+called on tracers consults before recording) looks at one tape entry. Every other primitive's
+hook is None. To find the input of ``exp``, ``exp`` entries keep their
 argument while rewrites are on (as do ``wengert.nn``'s softmax and sigmoid): one array per
 ``exp`` alive until the backward pass. ``wg.config.update("rewrites", False)`` (or
 ``WENGERT_REWRITES=0``) restores plain ``log`` and the leaner tape entries.
@@ -43,7 +43,7 @@ import numpy as np
 
 from .config import config
 from .core.mutation import root
-from .core.trace import Primitive, Tracer
+from .core.trace import Tracer
 from .primitives import elementwise as E
 from .primitives import nn as P
 from .primitives import reductions as R
@@ -52,17 +52,11 @@ from .primitives import shape as S
 MAX_WRAPPERS = 3   # reshape / getitem(None) steps allowed between a sum and the divide by it
 
 
-class _RewritingLog(Primitive):
-    """``log`` that records a fused operation when its argument comes from a known composition."""
-
-    __slots__ = ()
-
-    def __call__(self, *args, **params):
-        if len(args) == 1 and type(args[0]) is Tracer and not params:
-            out = rewrite_log(args[0])
-            if out is not None:
-                return out
-        return Primitive.__call__(self, *args, **params)
+def _log_hook(*args, **params):
+    """``log``'s rewrite hook: the fused operation when its argument comes from a known composition."""
+    if len(args) == 1 and type(args[0]) is Tracer and not params:
+        return rewrite_log(args[0])
+    return None
 
 
 # --- reading the tape --------------------------------------------------------------------------
@@ -283,7 +277,7 @@ def _log_of_sigmoid(t, sign):
 def rewrite_log(a):
     """The fused replacement for ``log(a)``, or None to record ``log`` as it is."""
     trace = a._trace
-    if not trace.alive:
+    if not trace.alive or trace.computes:   # only a tape can be read back
         return None
     index = a.index
     entry = _entry(trace, index)
@@ -352,7 +346,7 @@ _LEAN = {prim: prim.keep_args for prim in _KEEPING}
 
 
 def _set(enabled):
-    E.log.__class__ = _RewritingLog if enabled else Primitive
+    E.log.rewrite = _log_hook if enabled else None
     for prim in _KEEPING:
         prim.keep_args = None if enabled else _LEAN[prim]
 

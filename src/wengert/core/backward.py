@@ -100,7 +100,7 @@ def _carries_a_batch(g):
     if type(g) is tuple or type(g) is list:
         return any(_carries_a_batch(x) for x in g)
     while type(g) is Tracer:
-        if g._trace.batched:
+        if g._trace.hidden_axes:
             return True
         g = g.value
     return False

@@ -31,7 +31,7 @@ class BatchedInPlaceWriteError(InPlaceWriteError, TypeError):
 
 def _batched(x):
     while type(x) is Tracer:
-        if x._trace.batched:
+        if x._trace.hidden_axes:
             return True
         x = x.value
     return False
@@ -93,7 +93,7 @@ def refuse_writes_into_inputs(trace, memory):
 def write_in_place(x, index, value, write_prim):
     """``x[index] = value`` for a tracer ``x``: mutate its memory and record the write."""
     trace = x._trace
-    if trace.forward:
+    if trace.computes:   # a level without a tape handles the write itself
         return trace.write(x, index, value)
     if type(x.value) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
         if _batched(x) or _batched(value):

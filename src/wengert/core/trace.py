@@ -12,57 +12,157 @@ from __future__ import annotations
 import contextlib
 import dis
 import gc
+import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from .errors import LeakedTracerError
 
+_new = object.__new__
+
+
+class _Levels(threading.local):
+    """This thread's interpreter stack: the open levels, outermost first."""
+
+    def __init__(self):
+        self.open = []
+        self.hiding = []   # the open levels whose values carry hidden axes (vmap's), innermost last
+
+
+_LEVELS = _Levels()
+
+
+def open_levels():
+    """The interpreter levels open in this thread, outermost first (read it; do not change it)."""
+    return _LEVELS.open
+
+
+def open_level(trace):
+    """Push ``trace`` on this thread's interpreter stack; its level is its depth there."""
+    stack = _LEVELS.open
+    stack.append(trace)
+    trace.level = len(stack)
+    trace.stack = stack
+    if trace.hidden_axes:
+        _LEVELS.hiding.append(trace)
+    return trace
+
+
+def hiding_levels():
+    """The open levels (this thread's) whose values carry hidden axes, innermost last: functions
+    without a derivative ask the innermost one to handle batched values (``nondiff``)."""
+    return _LEVELS.hiding
+
+
+def close_level(trace):
+    """Pop ``trace`` (normally the top; a level closed out of order is removed where it is).
+
+    From now on bind refuses its tracers (``LeakedTracerError``) instead of recording them.
+    """
+    trace.alive = False
+    trace.guard = _refuse_leaked
+    stack = trace.stack
+    if stack and stack[-1] is trace:
+        stack.pop()
+    elif trace in stack:
+        stack.remove(trace)
+    if trace.hidden_axes:
+        hiding = _LEVELS.hiding
+        if hiding and hiding[-1] is trace:
+            hiding.pop()
+        elif trace in hiding:
+            hiding.remove(trace)
+
 
 class Trace:
-    """One transform's tape. ``level`` orders nested transforms: the innermost is highest."""
+    """One interpreter level: the base of every transform's trace.
 
-    __slots__ = ("level", "tape", "alive", "guard", "inputs", "written", "saved", "scanned", "__weakref__")
+    ``level`` is its depth on the thread's interpreter stack (inner transforms are higher), set by
+    :func:`open_level`. What the engine asks of a level is three class attributes and a method:
 
-    def __init__(self, level):
-        self.level = level
-        self.tape = []
+    * ``computes``: bind hands every operation on its tracers to ``process(prim, args, vals,
+      parents, params)`` (forward mode and vmap compute; reverse mode records on a tape);
+    * ``hidden_axes``: how many leading axes of its values belong to the interpreter, not to the
+      program (vmap's batch axes); a tracer's ``shape`` leaves them out;
+    * ``guard``: when set, bind calls it (or ``process``) before each operation: the rare path.
+    """
+
+    __slots__ = ("level", "stack", "alive", "guard", "__weakref__")
+    computes = False
+    hidden_axes = 0
+
+    def __init__(self):
+        self.level = 0
         self.alive = True
-        self.guard = None     # called by bind before each operation, when set (see close_trace)
+        self.guard = None
+
+
+class ReverseTrace(Trace):
+    """Reverse mode's level: a tape (the Wengert list), the transform's inputs, and the
+    bookkeeping in-place writes need (``core/mutation.py``)."""
+
+    __slots__ = ("tape", "inputs", "written", "saved", "scanned")
+
+    def __init__(self):
+        super().__init__()
+        self.tape = []
         self.inputs = []      # the input arrays: in-place writes into them are refused
         self.written = None   # id(base array) -> tape index of its latest in-place write
         self.saved = None     # id(base array) -> name of a primitive that saved it (see mutation.py)
         self.scanned = 0      # how much of the tape ``saved`` covers
 
-    # A trace that computes instead of recording: bind hands its operations to ``process``
-    # (``processes``), a vmap level (``batched``, transforms/batching.py) or a forward-mode level
-    # (``forward``, transforms/forward.py).
-    processes = batched = forward = False
+    def record(self, prim, args, ans, params, parents):
+        """Append one tape entry; its index. (``bind`` inlines this: it is the hot path.)"""
+        tape = self.tape
+        tape.append((prim, args, ans, params, parents))
+        return len(tape) - 1
 
 
-# A tape entry is a plain tuple (cheaper to build than an object):
-#   (primitive, arguments the rules read, output if the rules read it, parameters,
-#    parents: a tuple of (argument position, tape index) for the traced arguments)
+class Entry(NamedTuple):
+    """The fields of a tape entry, by name. Entries are plain tuples in this order (a tuple is
+    cheaper to build on every operation); readers that want names use ``Entry._make(entry)``.
+
+    ``parents`` pairs each traced argument's position with the tape index of its entry.
+    """
+
+    prim: object        # the Primitive; None for an input of the transform
+    args: object        # the arguments the rules read (others None)
+    ans: object         # the output, if a rule reads it (else None)
+    params: dict        # the keyword parameters of the call
+    parents: tuple      # ((argument position, tape index), ...)
+
+
 # An input of the transform is the entry INPUT.
 INPUT = (None, None, None, None, ())
+PRIM, ARGS, ANS, PARAMS, PARENTS = range(5)   # positions of Entry's fields in a tape tuple
 
 
 class Tracer:
-    """A value being differentiated: its current value and its place on a trace's tape.
+    """A value being transformed: its value and its place at one interpreter level.
 
+    ``index`` is its tape index on a reverse level (on a computing level, a counter the level may
+    use); ``aux`` is what a computing level carries beside the value (forward mode: the tangent).
     The array-like behaviour (operators, methods, NumPy protocols) is attached by
     ``wengert.numpy``, so the engine stays independent of the NumPy face.
     """
 
-    __slots__ = ("value", "_trace", "index", "tangent")
+    __slots__ = ("value", "_trace", "index", "aux")
     __array_priority__ = 1000.0
 
     def __init__(self, value, trace, index):
         self.value = value
         self._trace = trace
-        self.index = index   # on a forward-mode level: when it was made (see core/mutation.py)
+        self.index = index
 
 
-_depth = [0]
+def make_tracer(value, trace, index=0):
+    """A tracer of ``trace`` (without ``__init__``: the one way every interpreter makes them)."""
+    t = _new(Tracer)
+    t.value = value
+    t._trace = trace
+    t.index = index
+    return t
 
 
 @contextlib.contextmanager
@@ -84,18 +184,15 @@ def collector_paused():
 
 
 def new_trace():
-    _depth[0] += 1
-    return Trace(_depth[0])
+    """Open a reverse-mode level on this thread's interpreter stack."""
+    return open_level(ReverseTrace())
 
 
 def _refuse_leaked(trace, args, prim):
     raise LeakedTracerError(prim.name)
 
 
-def close_trace(trace):
-    trace.alive = False
-    trace.guard = _refuse_leaked
-    _depth[0] -= 1
+close_trace = close_level
 
 
 def new_input(value, trace):
@@ -103,7 +200,7 @@ def new_input(value, trace):
     tape = trace.tape
     tape.append(INPUT)
     trace.inputs.append(value)
-    return Tracer(value, trace, len(tape) - 1)
+    return make_tracer(value, trace, len(tape) - 1)
 
 
 def unbox(x):
@@ -168,7 +265,7 @@ class Primitive:
     """
 
     __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "fused_jvp", "linear", "batch", "batched_vjp", "keep_ans",
-                 "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp")
+                 "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp", "rewrite")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None,
                  fused_jvp=None, linear=False):
@@ -182,6 +279,8 @@ class Primitive:
         self.batch = batch
         self.multiple_results = multiple_results
         self.owned_vjp = None  # optional fused_vjp that may reuse ``g`` when the backward pass owns it
+        self.rewrite = None    # hook: rewrite(*args, **params) on traced arguments, before anything is
+        # recorded, returns a replacement result or None (rewrites.py's log of a known composition)
         self.batched_vjp = False  # are its VJP rules right on values that carry vmap's batch axes? (a
         # tape inside vmap records it instead of vmap running the function once per example)
         self.keep_ans, self.keep_args, self.value_args = _what_rules_keep(vjp)
@@ -217,6 +316,10 @@ class Primitive:
     def __call__(self, *args, **params):
         for a in args:
             if type(a) is Tracer:
+                if self.rewrite is not None:
+                    out = self.rewrite(*args, **params)
+                    if out is not None:
+                        return out
                 if params and type(self.impl) is _ufunc:
                     return _traced_ufunc_call(self, args, params)
                 return bind(self, args, params)
@@ -273,7 +376,6 @@ def _what_rules_keep(rules):
     return keep_ans, keep, values
 
 
-_new = object.__new__
 
 
 def bind(prim, args, params):
@@ -326,7 +428,7 @@ def bind(prim, args, params):
                 parents.append((i, a.index))
         parents = tuple(parents)
     if trace.guard is not None:
-        if trace.processes:
+        if trace.computes:
             return trace.process(prim, args, vals, parents, params)
         trace.guard(trace, args, prim)
     for v in vals:
@@ -376,5 +478,5 @@ def _select_outputs(ans, trace, index):
     outs = []
     for k, value in enumerate(ans):
         tape.append((select, (None,), None, {"position": k, "count": len(ans)}, ((0, index),)))
-        outs.append(Tracer(value, trace, len(tape) - 1))
+        outs.append(make_tracer(value, trace, len(tape) - 1))
     return tuple(outs)

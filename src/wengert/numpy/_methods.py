@@ -12,10 +12,11 @@ import operator
 import numpy as np
 
 from ..core.errors import NoDerivativeError
-from ..core.trace import Tracer, bind, unbox
-from ..core.trace import _new
+from ..core.mutation import write_in_place
+from ..core.trace import Tracer, bind, make_tracer, unbox
 from ..primitives import elementwise as E
 from ..primitives import shape as S
+from ..primitives.scatter import write
 from ..primitives._table import nondiff, unbox_all
 
 UFUNCS = {}
@@ -66,24 +67,12 @@ def _getitem(self, index):
         return bind(S.getitem, (self,), {"index": index})
     tape = trace.tape
     tape.append((S.getitem, [value], None, {"index": index}, ((0, self.index),)))
-    out = _new(Tracer)
-    out.value = value[index]
-    out._trace = trace
-    out.index = len(tape) - 1
-    return out
+    return make_tracer(value[index], trace, len(tape) - 1)
 
 
 def _setitem(self, index, value):
-    hook = _SETITEM[0]
-    if hook is None:
-        raise TypeError(
-            "Item assignment into a traced array is not supported: use x.at[idx].set(v), which "
-            "returns a new array, or build the result with wengert.Buffer."
-        )
-    hook(self, index, value)
-
-
-_SETITEM = [None]
+    """``x[index] = value``: NumPy's meaning, recorded as one write (``core/mutation.py``)."""
+    write_in_place(self, _clean_index(index), value, write)
 
 
 def _len(self):
@@ -151,7 +140,7 @@ def _shape(self):
     value = self.value
     t = type(value)
     shape = value.shape if t is Tracer or t is np.ndarray else np.shape(value)
-    return shape[self._trace.batched:]  # a vmap level (batched = its number of batch axes): one example
+    return shape[self._trace.hidden_axes:]  # at a vmap level: one example's shape
 
 
 def _concrete(self):

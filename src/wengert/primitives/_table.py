@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.trace import Primitive, Tracer, unbox
+from ..core.trace import Primitive, Tracer, hiding_levels, unbox
 
 PRIMITIVES = {}
-BATCHING = [None]  # set by vmap (transforms/batching.py) while it runs: nondiff's hook for batched values
 
 
 def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=False, batch=None):
@@ -54,8 +53,8 @@ def unbox_all(x):
     """Strip tracers from ``x`` and from inside lists and tuples (for non-differentiable calls)."""
     t = type(x)
     if t is Tracer:
-        if BATCHING[0] is not None:  # inside vmap: keep the batch levels (see transforms/batching.py)
-            while type(x) is Tracer and not x._trace.batched:
+        if hiding_levels():  # inside vmap: keep the batch levels (see transforms/batching.py)
+            while type(x) is Tracer and not x._trace.hidden_axes:
                 x = x.value
             return x
         return unbox(x)
@@ -95,8 +94,9 @@ def nondiff(fn):
     """A NumPy function whose result carries no gradient: tracers are read for their values."""
 
     def call(*args, **kwargs):
-        if BATCHING[0] is not None:  # inside vmap: batched values keep their batch axis
-            out = BATCHING[0](call, fn, args, kwargs)
+        hiding = hiding_levels()
+        if hiding:  # inside vmap: batched values keep their batch axis
+            out = hiding[-1].nondiff(call, fn, args, kwargs)
             if out is not None:
                 return out
         return fn(*[unbox_all(a) for a in args], **{k: unbox_all(v) for k, v in kwargs.items()})

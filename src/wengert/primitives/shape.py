@@ -107,7 +107,7 @@ def _getitem_vjp(g, ans, x, index):
 def _batch_level_of(index):
     """The vmap level of an index that differs per example (a batched tracer in it), or None."""
     for i in (index if type(index) is tuple else (index,)):
-        if type(i) is Tracer and i._trace.batched:
+        if type(i) is Tracer and i._trace.hidden_axes:
             return i._trace
     return None
 

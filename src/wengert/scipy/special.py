@@ -79,7 +79,7 @@ def polygamma(n, x):
 def _only_batched(x):
     """Is ``x`` traced by vmap levels only (integer orders batched by vmap, not differentiated)?"""
     while type(x) is Tracer:
-        if not x._trace.batched:
+        if not x._trace.hidden_axes:
             return False
         x = x.value
     return True

@@ -30,7 +30,9 @@ import numpy as np
 
 from ..core import tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
-from ..core.trace import Trace, Tracer, _depth, close_trace
+import threading
+
+from ..core.trace import Trace, Tracer, close_level, make_tracer, open_level, open_levels
 from ..primitives import _table
 
 
@@ -38,46 +40,45 @@ class NeedsLoop(TypeError):
     """The batched run cannot express this; vmap falls back to one call per example."""
 
 
-class _NoTape(list):
-    """A batch level records nothing: code that appends to a tape directly is run per example."""
-
-    def append(self, entry):
-        raise NeedsLoop("an operation that records itself directly (wengert.Buffer, an in-place write)")
-
-
 def _never(trace, args, prim):  # pragma: no cover - bind calls ``process`` instead
     raise AssertionError
 
 
-_COMPUTING_LEVELS = set()  # open vmap and jvp levels: they record nothing, so nesting them is safe
-# (jvp level, depth) while a jvp level computes a tangent: the levels opened inside that jvp
-# (above it, up to depth) never see the tangent, so batched tangents do not reach their tapes:
-# jacfwd(jacrev(f)) batches its basis tangents through grad's tape (transforms/forward.py).
-_SHIELDS = []
+def _recorded_by_a_tape(trace):
+    """Would a batched value made now at ``trace``'s level be recorded by a tape level above it?
 
-
-def _recorded_by_a_tape(level):
-    """Would a batched value made now at ``level`` be recorded by a tape level above it?"""
-    for above in range(level + 1, _depth[0] + 1):
-        if above in _COMPUTING_LEVELS:
+    Computing levels (vmap, jvp) record nothing, so nesting them is safe; and a level opened inside
+    a jvp while that jvp computes a tangent never sees the tangent (``JVPTrace.shields``), so
+    jacfwd(jacrev(f)) batches its basis tangents through grad's tape (transforms/forward.py).
+    """
+    level = trace.level
+    stack = trace.stack
+    for above in stack:
+        if above.level <= level or above.computes:
             continue
-        if any(jvp_level > level and jvp_level < above <= depth for jvp_level, depth in _SHIELDS):
+        if any(j.level > level and j.level < above.level and any(above.level <= d for d in j.shields)
+               for j in stack if getattr(j, "shields", None)):
             continue
         return True
     return False
-_CURRENT = [None]  # the batch trace whose rule is running
+
+
+class _RuleState(threading.local):
+    current = None   # the batch trace whose rule is running (this thread's)
+
+
+_CURRENT = _RuleState()
 
 
 class BatchTrace(Trace):
     """A vmap level: its tracers' values carry the batch on axis 0 (``nb`` = 1 leading batch axis)."""
 
     __slots__ = ("size", "parent", "chain")
-    processes = batched = True
-    nb = 1
+    computes = True
+    hidden_axes = nb = 1
 
-    def __init__(self, level, size):
-        super().__init__(level)
-        self.tape = _NoTape()
+    def __init__(self, size):
+        super().__init__()
         self.size = size
         self.parent = None
         self.chain = ()  # the batch levels this one was fused with, outermost first (see FusedBatchTrace)
@@ -86,14 +87,14 @@ class BatchTrace(Trace):
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
-        if _depth[0] > self.level and not prim.batched_vjp and _recorded_by_a_tape(self.level):
+        if self.stack[-1] is not self and not prim.batched_vjp and _recorded_by_a_tape(self):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function differentiates "
                             f"batched values ({prim.name})")
         batched = [False] * len(vals)
         for position, _ in parents:
             batched[position] = True
         rule = prim.batch if prim.batch is not None else RULES.get(prim)
-        _CURRENT[0] = self  # read by the indexing rule before it calls anything
+        _CURRENT.current = self  # read by the indexing rule before it calls anything
         out = NotImplemented if rule is None else rule(prim, vals, batched, params, self.size)
         if out is NotImplemented:
             if any(type(v) is Tracer and v._trace is self for v in params.values()):
@@ -104,13 +105,18 @@ class BatchTrace(Trace):
             return tuple(_wrap(o, self) for o in out)
         return _wrap(out, self)
 
+    def nondiff(self, call, fn, args, kwargs):
+        """A function without a derivative, met while this level is the innermost batch level."""
+        return _nondiff_batched(call, fn, args, kwargs)
+
+    def write(self, x, index, value):
+        """``x[index] = value`` on a batched value: the per-example run does it (nothing is written
+        here, so the caller's arrays stay as they were)."""
+        raise NeedsLoop("an in-place write into values that vmap batches (x[idx] = v)")
+
 
 def _wrap(value, trace):
-    t = object.__new__(Tracer)
-    t.value = value
-    t._trace = trace
-    t.index = 0
-    return t
+    return make_tracer(value, trace)
 
 
 def _warn_loop(name, size):
@@ -283,7 +289,7 @@ def _gather_index(index, size):
     """``x[idx, ...]`` with ``idx`` batched like ``x`` (one row of indices per example): the index
     into the batched ``x`` that picks example b's indices from example b (take_along_axis-like)."""
     parts = index if type(index) is tuple else (index,)
-    trace = _CURRENT[0]
+    trace = _CURRENT.current
     for p in parts:
         if type(p) is Tracer and (p._trace is not trace or np.asarray(p.value).dtype == bool):
             raise NeedsLoop("indexing with a batched boolean mask (its size differs per example)"
@@ -522,7 +528,7 @@ _ELEMENTWISE_PLAIN = {operator.lt, operator.le, operator.gt, operator.ge, operat
 def _batch_level(x):
     """The highest batch trace in ``x``'s chain of tracers, or None."""
     while type(x) is Tracer:
-        if x._trace.batched:
+        if x._trace.hidden_axes:
             return x._trace
         x = x.value
     return None
@@ -537,7 +543,7 @@ def _at_level(x, trace):
             return y.value, True
         if y._trace in trace.chain:  # a level fused into ``trace``: its value in trace's layout
             return _lift(y, trace), True
-        if y._trace.batched and y._trace.level < trace.level:
+        if y._trace.hidden_axes and y._trace.level < trace.level:
             break
         y = y.value
     return y, False
@@ -578,7 +584,7 @@ def _nondiff_batched(call, fn, args, kwargs):
 def concrete(x):
     """``x``'s plain value for Python (bool, float, int, item); refused when it is batched."""
     while type(x) is Tracer:
-        if x._trace.batched:
+        if x._trace.hidden_axes:
             raise NeedsLoop("a batched value is used as a Python value (if/while, float(), int(), .item())")
         x = x.value
     return x
@@ -595,7 +601,6 @@ def concrete(x):
 # NeedsLoop) aborts the fused run, and ``vmap`` runs the function again as an ordinary nested
 # level: the fused path is an optimization that is either taken whole or not at all.
 
-_OPEN = []  # the open batch levels, innermost last
 FUSE = True  # False: every vmap opens its own level (for comparisons and tests)
 
 
@@ -610,25 +615,21 @@ class FusedBatchTrace(BatchTrace):
 
     __slots__ = ()
 
-    def __init__(self, level, size, parent):
+    def __init__(self, size, parent):
         if _PLAIN_TRACE_FIELDS:   # Trace.__init__ and BatchTrace.__init__ inlined: one per inner vmap call
-            self.level = level
-            self.tape = _NoTape()
+            self.level = 0
             self.alive = True
-            self.inputs = []
-            self.written = self.saved = None
-            self.scanned = 0
             self.size = size
             self.guard = _never
         else:
-            super().__init__(level, size)
+            super().__init__(size)
         self.parent = parent
         self.chain = parent.chain + (parent,)
 
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
             raise LeakedTracerError(prim.name)
-        if _depth[0] > self.level and not prim.batched_vjp and _recorded_by_a_tape(self.level):
+        if self.stack[-1] is not self and not prim.batched_vjp and _recorded_by_a_tape(self):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
                             f"differentiates batched values ({prim.name})")
         rule = FUSED_RULES.get(prim)
@@ -652,18 +653,12 @@ class FusedBatchTrace(BatchTrace):
             raise _Unfuse(prim.name)
         if prim.multiple_results:
             return tuple(_wrap(o, self) for o in out)
-        t = _new(Tracer)
-        t.value = out
-        t._trace = self
-        t.index = 0
-        return t
+        return make_tracer(out, self)
 
 
 # the fields Trace.__init__ sets, as FusedBatchTrace.__init__ sets them (else it calls it)
-_PLAIN_TRACE_FIELDS = Trace.__slots__ == ("level", "tape", "alive", "guard", "inputs", "written", "saved",
-                                          "scanned", "__weakref__")
+_PLAIN_TRACE_FIELDS = Trace.__slots__ == ("level", "stack", "alive", "guard", "__weakref__")
 _ONE = (True,)
-_new = object.__new__
 
 
 _FUSED_CLASSES = {}
@@ -673,7 +668,7 @@ def _fused_class(nb):
     cls = _FUSED_CLASSES.get(nb)
     if cls is None:
         cls = _FUSED_CLASSES[nb] = type(f"FusedBatchTrace{nb}", (FusedBatchTrace,),
-                                        {"__slots__": (), "nb": nb, "batched": nb})
+                                        {"__slots__": (), "nb": nb, "hidden_axes": nb})
     return cls
 
 
@@ -715,13 +710,7 @@ def _fusable(flat, top):
 
 def _run_fused(f, flat, size, out_axes, parent):
     k = parent.nb
-    level = _depth[0] = _depth[0] + 1
-    trace = _fused_class(k + 1)(level, size, parent)
-    _COMPUTING_LEVELS.add(level)
-    _OPEN.append(trace)
-    hook = _table.BATCHING
-    previous = hook[0]
-    hook[0] = _nondiff_batched
+    trace = open_level(_fused_class(k + 1)(size, parent))
     chain = parent.chain
     try:
         args = []
@@ -736,10 +725,7 @@ def _run_fused(f, flat, size, out_axes, parent):
                     else:
                         x = _move(leaf, ax, 0)
                         x = _reshape(x, (1,) * k + tuple(_shape(x)))
-                    leaf = _new(Tracer)
-                    leaf.value = x
-                    leaf._trace = trace
-                    leaf.index = 0
+                    leaf = make_tracer(x, trace)
                 wrapped.append(leaf)
             args.append(wrapped[0] if treedef is tree.LEAF else tree.unflatten(treedef, wrapped))
         out = f(*args)
@@ -763,16 +749,9 @@ def _run_fused(f, flat, size, out_axes, parent):
             ax = k + ax % (len(sh) - k)
             if ax != k:
                 x = _move(x, k, ax)
-            t = _new(Tracer)
-            t.value = x
-            t._trace = parent
-            t.index = 0
-            result.append(t)
+            result.append(make_tracer(x, parent))
     finally:
-        hook[0] = previous
-        _OPEN.pop()
-        _COMPUTING_LEVELS.discard(level)
-        close_trace(trace)
+        close_level(trace)
     return result[0] if treedef is tree.LEAF else tree.unflatten(treedef, result)
 
 
@@ -1169,9 +1148,9 @@ def vmap(f, in_axes=0, out_axes=0):
             done = _nested_per_example_grad(nested[1], nested[2], ((in_axes, out_axes),) + nested[3], args)
             if done is not None:
                 return done[0]
-        top = _OPEN[-1] if _OPEN else None
-        if FUSE and fusing[0] and top is not None and top.level == _depth[0] and top.alive \
-                and _fusable(flat, top):
+        stack = open_levels()
+        top = stack[-1] if stack else None
+        if FUSE and fusing[0] and top is not None and top.hidden_axes and top.alive and _fusable(flat, top):
             try:
                 return _run_fused(f, flat, size, out_axes, top)
             except (_Unfuse, NeedsLoop, TypeError, ValueError, IndexError, NotImplementedError,
@@ -1373,13 +1352,7 @@ def batched_call(f, args, in_axes):
 
 def _run_at_new_level(f, flat, size):
     """Run ``f`` on ``flat``'s leaves (batched ones moved to axis 0) at a new batch level."""
-    _depth[0] += 1
-    trace = BatchTrace(_depth[0], size)
-    _COMPUTING_LEVELS.add(trace.level)
-    _OPEN.append(trace)
-    hook = _table.BATCHING
-    previous = hook[0]
-    hook[0] = _nondiff_batched
+    trace = open_level(BatchTrace(size))
     try:
         args = []
         for leaves, axes, treedef in flat:
@@ -1387,10 +1360,7 @@ def _run_at_new_level(f, flat, size):
             args.append(wrapped[0] if treedef is tree.LEAF else tree.unflatten(treedef, wrapped))
         out = f(*args)
     finally:
-        hook[0] = previous
-        _OPEN.pop()
-        _COMPUTING_LEVELS.discard(trace.level)
-        close_trace(trace)
+        close_level(trace)
     return out, trace
 
 

@@ -1,7 +1,7 @@
 """Forward mode: jvp, jacfwd, hvp, hessian (forward over reverse), and linearize.
 
 ``jvp`` opens a :class:`JVPTrace`, a trace level that records nothing: each of its tracers carries
-a tangent beside its value (``Tracer.tangent``), and ``bind`` hands every operation on them to
+a tangent beside its value (``Tracer.aux``), and ``bind`` hands every operation on them to
 :meth:`JVPTrace.process`, which computes the output and, from the primitive's JVP rules in the
 table, the output's tangent. The cost is the forward pass plus one rule per operation, and memory
 is the forward pass's: nothing is kept for later.
@@ -24,21 +24,29 @@ import numpy as np
 from ..core import tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
 from ..core.mutation import ADVICE, InPlaceWriteError, check_not_stale, refuse_writes_into_inputs, root
-from ..core.trace import Trace, Tracer, _depth, close_trace, dtype_of, shape_of, unbox
-from .batching import _SHIELDS
+from ..core.trace import Trace, Tracer, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
 
 
 class JVPTrace(Trace):
-    """A forward-mode level: tracers carry tangents, operations compute instead of recording."""
+    """A forward-mode level: its tracers carry their tangent in ``aux``; operations compute
+    instead of recording.
 
-    __slots__ = ("count",)
-    processes = forward = True
+    ``shields`` holds the stack depth while a tangent is being computed: the levels opened inside
+    this JVP (between it and that depth) never see the tangent, so a batch of tangents (jacfwd's)
+    reaches no tape of theirs (see ``batching.recorded_by_a_tape``).
+    """
 
-    def __init__(self, level):
-        super().__init__(level)
+    __slots__ = ("count", "inputs", "written", "shields")
+    computes = True
+
+    def __init__(self):
+        super().__init__()
         self.count = 0
-        self.guard = _process_instead  # non-None: bind's rare path, which checks ``processes``
+        self.inputs = []      # the input arrays: in-place writes into them are refused
+        self.written = None   # id(base array) -> the count of its latest in-place write
+        self.shields = []
+        self.guard = _process_instead  # non-None: bind's rare path, which checks ``computes``
 
     def process(self, prim, args, vals, parents, params):
         if not self.alive:
@@ -53,12 +61,12 @@ class JVPTrace(Trace):
             ans = prim.impl(*vals, **params)
         tangents = [None] * len(vals)
         for position, _ in parents:
-            tangents[position] = args[position].tangent
-        _SHIELDS.append((self.level, _depth[0]))
+            tangents[position] = args[position].aux
+        self.shields.append(len(self.stack))
         try:
             t = tangent_out(prim, tangents, ans, vals, params)
         finally:
-            _SHIELDS.pop()
+            self.shields.pop()
         if prim.multiple_results:
             return tuple(self.wrap(a, ti) for a, ti in zip(ans, t if t is not None else (None,) * len(ans)))
         return self.wrap(ans, t)
@@ -68,12 +76,9 @@ class JVPTrace(Trace):
         tangent = _fit(tangent, value)
         if tangent is None:
             return value
-        out = object.__new__(Tracer)
-        out.value = value
-        out._trace = self
         self.count += 1
-        out.index = self.count
-        out.tangent = tangent
+        out = make_tracer(value, self, self.count)
+        out.aux = tangent
         return out
 
     def write(self, x, index, value):
@@ -92,9 +97,9 @@ class JVPTrace(Trace):
             raise InPlaceWriteError("In-place writes are supported under a single transform only. " + ADVICE)
         x.value[index] = plain
         from ..primitives.scatter import scatter_set
-        old = x.tangent if x.tangent is not None else np.zeros_like(x.value)
-        new = value.tangent if ours else np.zeros((), x.value.dtype)
-        x.tangent = scatter_set(old, new, index=index)
+        old = x.aux if x.aux is not None else np.zeros_like(x.value)
+        new = value.aux if ours else np.zeros((), x.value.dtype)
+        x.aux = scatter_set(old, new, index=index)
         self.count += 1
         x.index = self.count
         self.written[id(memory)] = x.index
@@ -189,10 +194,7 @@ def _jvp_leaves(f, primal_leaves, tangent_leaves, rebuild):
 
     A ``None`` tangent leaves that primal a constant.
     """
-    _depth[0] += 1
-    trace = JVPTrace(_depth[0])
-    from . import batching
-    batching._COMPUTING_LEVELS.add(trace.level)
+    trace = open_level(JVPTrace())
     try:
         wrapped = []
         for p, t in zip(primal_leaves, tangent_leaves):
@@ -200,19 +202,18 @@ def _jvp_leaves(f, primal_leaves, tangent_leaves, rebuild):
                 wrapped.append(p)
                 continue
             trace.inputs.append(unbox(p))
-            tracer = Tracer(p, trace, 0)
-            tracer.tangent = t
+            tracer = make_tracer(p, trace)
+            tracer.aux = t
             wrapped.append(tracer)
         out = f(*rebuild(wrapped))
     finally:
-        batching._COMPUTING_LEVELS.discard(trace.level)
-        close_trace(trace)
+        close_level(trace)
     out_leaves, out_def = tree.flatten(out)
     values, tangents = [], []
     for leaf in out_leaves:
         if type(leaf) is Tracer and leaf._trace is trace:
             values.append(leaf.value)
-            t = leaf.tangent
+            t = leaf.aux
             if type(t) is np.ndarray and not t.ndim and not isinstance(leaf.value, np.ndarray):
                 t = t[()]  # a scalar output gets a scalar tangent
             tangents.append(t)
