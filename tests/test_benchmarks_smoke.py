@@ -36,3 +36,16 @@ def test_transforms_under_vmap_benchmark_is_batched_and_right():
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "transform" not in line]
     assert len(rows) == 5
     assert all(line.rstrip(" |").endswith("no") for line in rows), proc.stdout   # none fell back to a loop
+
+
+def test_odeint_benchmark_runs_and_its_gradients_agree():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "odeint.py"), "--repeat", "1", "--sizes", "3",
+         "--rk4-steps", "50", "--reference-steps", "400"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith("| odeint") or line.startswith("| RK4")]
+    assert len(rows) == 3
+    errors = [float(row[6]) for row in rows]
+    assert max(errors) < 1e-5, proc.stdout   # adjoint, sensitivities and RK4 agree with the reference

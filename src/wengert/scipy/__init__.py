@@ -9,6 +9,6 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
         "wengert.scipy needs SciPy, which is an optional dependency of wengert: install it with "
         "pip install 'wengert[scipy]' (or pip install scipy)") from error
 
-from . import linalg, signal, special, stats  # noqa: E402,F401
+from . import integrate, linalg, signal, special, stats  # noqa: E402,F401
 
-__all__ = ["linalg", "signal", "special", "stats"]
+__all__ = ["integrate", "linalg", "signal", "special", "stats"]
