@@ -49,3 +49,30 @@ def test_odeint_benchmark_runs_and_its_gradients_agree():
     assert len(rows) == 3
     errors = [float(row[6]) for row in rows]
     assert max(errors) < 1e-5, proc.stdout   # adjoint, sensitivities and RK4 agree with the reference
+def test_op_overhead_covers_every_primitive_and_runs(tmp_path):
+    """benchmarks/op_overhead.py in its tiny mode: every case runs on every size, each registered
+    primitive is measured by some case or named in NOT_MEASURED with a reason, and the JSON has
+    the columns the tables are made from (no timing assertions)."""
+    out = tmp_path / "ops.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "op_overhead.py"), "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())
+    rows = results["rows"]
+    measured = {name for r in rows for name in r["covers"]}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import op_overhead
+    finally:
+        sys.path.pop(0)
+    from wengert.primitives._table import PRIMITIVES
+    missing = sorted(set(PRIMITIVES) - measured - set(results["not_measured"]))
+    assert not missing, missing
+    assert {"1-D @ 1-D", "matrix @ vector", "einsum 'i,i->'", "max (full)", "mean (full)", "concatenate of 2",
+            "x.at[i].set(v)", "Buffer: 16 writes + freeze", "in-place y[i] = v (16 writes)", "getitem x[:, j]",
+            "stack of 16 0-d", "wnn.softmax"} <= {r["case"] for r in rows}
+    for r in rows:
+        for key in ("numpy_us", "record_us", "backward_us", "overhead_us"):
+            assert isinstance(r[key], float), (r["case"], key)
+    assert results["rows"] == sorted(rows, key=lambda r: -r["overhead_us"])
+    assert op_overhead.uncovered() == []

@@ -146,9 +146,9 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_NO_VALUE)
     _unsupported("mean", out=out, where=where)
     if dtype is not None:
         a = astype(a, dtype)
-    elif not np.issubdtype(a.dtype, np.inexact):
+    elif a.dtype.kind not in "fc":
         a = astype(a, np.float64)
-    return sum(a, axis=axis, keepdims=keepdims) / _count(a, axis)
+    return R.mean(a, axis=_norm_axis(axis, _ndim(a)), keepdims=keepdims)
 
 
 def _extremum(prim, name):
@@ -283,10 +283,17 @@ def einsum(*operands, out=None, optimize=False, dtype=None, order="K", casting="
     if not isinstance(operands[0], str):
         raise NotImplementedError("wengert.numpy.einsum: use the subscripts-string form, e.g. einsum('ij,jk->ik', a, b)")
     arrays = [_as_traced_operand(op) for op in operands[1:]]
-    # shapes only (a traced value's own shape: one example's under vmap)
-    shaped = [np.broadcast_to(np.zeros((), unbox(a).dtype), a.shape) if type(a) is Tracer else a for a in arrays]
-    inputs, output, _ = opt_einsum.parser.parse_einsum_input([operands[0]] + shaped)
-    return C.einsum(*arrays, subscripts=f"{inputs}->{output}")
+    # a traced value's own shape: one example's under vmap
+    shapes = tuple([a.shape if type(a) is Tracer else np.shape(a) for a in arrays])
+    return C.einsum(*arrays, subscripts=_explicit_subscripts(operands[0], shapes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _explicit_subscripts(subscripts, shapes):
+    """``subscripts`` with ellipses expanded and the output spelled out, parsed once per shapes."""
+    shaped = [np.broadcast_to(np.zeros((), np.float64), shape) for shape in shapes]
+    inputs, output, _ = opt_einsum.parser.parse_einsum_input([subscripts] + shaped)
+    return f"{inputs}->{output}"
 
 
 @traceable(np.trace)

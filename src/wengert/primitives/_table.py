@@ -120,12 +120,12 @@ def unbroadcast(g, x):
     if gshape == shape:
         return g
     lead = len(gshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1
-    )
-    from .reductions import sum_
-    from .shape import reshape
-    return reshape(sum_(g, axis=axes, keepdims=False), shape=shape)
+    ones = tuple(lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1)
+    # the table's own entries, by name: sum and reshape are declared in files that import this one
+    sum_ = PRIMITIVES["sum"]
+    if not ones:   # only leading axes were added: summing them gives the shape
+        return sum_(g, axis=tuple(range(lead)), keepdims=False)
+    return PRIMITIVES["reshape"](sum_(g, axis=tuple(range(lead)) + ones, keepdims=False), shape=shape)
 
 
 def plain_dtype(x):

@@ -15,16 +15,19 @@ import opt_einsum
 
 from ..core.trace import unbox
 from ._table import defprim, unbroadcast
+from .reductions import sum_
+from .shape import broadcast_to, reshape, transpose
 
 
 def _matmul(a, b):
-    if a.ndim == 2 and b.ndim == 2:
-        return np.dot(a, b)
+    if a.ndim <= 2 and b.ndim <= 2:
+        return np.dot(a, b)   # matmul's meaning for vectors and matrices, and BLAS for inner size 1
     return np.matmul(a, b)
 
 
 def _swap(x):
-    from .shape import transpose
+    if x.ndim == 2:
+        return transpose(x, axes=(1, 0))
     axes = list(range(x.ndim))
     axes[-1], axes[-2] = axes[-2], axes[-1]
     return transpose(x, axes=tuple(axes))
@@ -32,7 +35,6 @@ def _swap(x):
 
 def _as_matrices(g, a, b):
     """``g``, ``a``, ``b`` with 1-d operands promoted as matmul does: a to (1, n), b to (n, 1)."""
-    from .shape import reshape
     if b.ndim == 1:
         g = reshape(g, shape=g.shape + (1,))
         b = reshape(b, shape=(b.shape[0], 1))
@@ -42,15 +44,37 @@ def _as_matrices(g, a, b):
     return g, a, b
 
 
+# Vectors and matrices (the shapes of per-column loops) take the direct products; the general rule
+# promotes 1-d operands to matrices, multiplies stacks and sums broadcast batch axes, which costs
+# ten times as much on small operands for the same numbers.
 def _matmul_vjp_a(g, ans, a, b):
-    """Promote 1-d operands first (the column before the row), so 1-d @ 1-d works too."""
-    from .shape import reshape
+    an, bn = a.ndim, b.ndim
+    if an == 1:
+        if bn == 1:
+            return g * b                        # (n,) @ (n,): g is 0-d
+        if bn == 2:
+            return dot(b, g)                    # (k,) @ (k, n): b @ g
+    elif an == 2:
+        if bn == 1:
+            return outer(g, b)                  # (m, k) @ (k,)
+        if bn == 2:
+            return dot(g, transpose(b, axes=(1, 0)))
     g, a2, b = _as_matrices(g, a, b)
     return reshape(unbroadcast(matmul(g, _swap(b)), a2), shape=a.shape)
 
 
 def _matmul_vjp_b(g, ans, a, b):
-    from .shape import reshape
+    an, bn = a.ndim, b.ndim
+    if bn == 1:
+        if an == 1:
+            return g * a
+        if an == 2:
+            return dot(g, a)                    # g @ a
+    elif bn == 2:
+        if an == 1:
+            return outer(a, g)
+        if an == 2:
+            return dot(transpose(a, axes=(1, 0)), g)
     g, a, b2 = _as_matrices(g, a, b)
     return reshape(unbroadcast(matmul(_swap(a), g), b2), shape=b.shape)
 
@@ -74,7 +98,6 @@ def _tensordot(a, b, axes=2):
 
 
 def _tensordot_vjp_a(g, ans, a, b, axes=2):
-    from .shape import transpose
     axes_a, axes_b = _tensordot_axes(axes, a.ndim, b.ndim)
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
@@ -85,7 +108,6 @@ def _tensordot_vjp_a(g, ans, a, b, axes=2):
 
 
 def _tensordot_vjp_b(g, ans, a, b, axes=2):
-    from .shape import transpose
     axes_a, axes_b = _tensordot_axes(axes, a.ndim, b.ndim)
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
@@ -144,12 +166,10 @@ def _outer(a, b):
 
 
 def _outer_vjp_a(g, ans, a, b):
-    from .shape import reshape
     return reshape(dot(g, reshape(b, shape=(-1,))), shape=a.shape)
 
 
 def _outer_vjp_b(g, ans, a, b):
-    from .shape import reshape
     return reshape(dot(reshape(a, shape=(-1,)), g), shape=b.shape)
 
 
@@ -158,46 +178,64 @@ outer = defprim(_outer, (_outer_vjp_a, _outer_vjp_b), name="outer",
 
 
 # --- einsum --------------------------------------------------------------------------------------
+# Below this many multiply-adds (the product of all index sizes), NumPy's own einsum loop beats
+# planning and calling a BLAS-backed contraction: the plan's fixed cost is ~10 us per call.
+_SMALL_CONTRACTION = 1 << 13
+
+
 @functools.lru_cache(maxsize=1024)
 def _contraction(subscripts, shapes):
-    """An opt_einsum expression for these subscripts and shapes, planned once and reused."""
+    """The function computing this contraction for these shapes, chosen once and reused: NumPy's
+    einsum loop for small ones, else an opt_einsum expression (BLAS where the contraction is one)."""
+    sizes = {}
+    for term, shape in zip(subscripts.split("->")[0].split(","), shapes):
+        sizes.update(zip(term, shape))
+    work = 1
+    for n in sizes.values():
+        work *= n
+    if len(shapes) == 1 or work <= _SMALL_CONTRACTION:
+        return functools.partial(np.einsum, subscripts)
     return opt_einsum.contract_expression(subscripts, *shapes, optimize="auto")
 
 
 def _einsum(*operands, subscripts):
-    if len(operands) == 1:
-        return np.einsum(subscripts, operands[0])
-    return _contraction(subscripts, tuple(op.shape for op in operands))(*operands)
+    return _contraction(subscripts, tuple([op.shape for op in operands]))(*operands)
 
 
-def _einsum_vjp(position):
-    def rule(g, ans, *operands, subscripts):
-        inputs, output = subscripts.split("->")
-        subs = inputs.split(",")
-        target = subs[position]
-        others = [s for i, s in enumerate(subs) if i != position]
-        other_ops = [op for i, op in enumerate(operands) if i != position]
-        seen = set(output).union(*others) if others else set(output)
-        unique = "".join(dict.fromkeys(target))
-        reachable = "".join(c for c in unique if c in seen)
-        grad = einsum(g, *other_ops, subscripts=",".join([output] + others) + "->" + reachable)
-        shape = operands[position].shape  # one example's under vmap
-        sizes = {c: shape[target.index(c)] for c in unique}
-        # einsum broadcasts size-1 dimensions: sum back where this operand had size 1 (below,
-        # broadcast_to widens the opposite case, and the indices no one else reads)
-        widened = tuple(i for i, c in enumerate(reachable) if sizes[c] == 1 and grad.shape[i] != 1)
-        if widened:
-            from .reductions import sum_
-            grad = sum_(grad, axis=widened, keepdims=True)
-        if reachable != unique or grad.shape != tuple(sizes[c] for c in reachable):
-            from .shape import broadcast_to, reshape
-            kept = dict(zip(reachable, grad.shape))
-            grad = reshape(grad, shape=tuple(kept.get(c, 1) for c in unique))
-            grad = broadcast_to(grad, shape=tuple(sizes[c] for c in unique))
-        if unique != target:
-            grad = _place_on_diagonals(grad, unique, target, sizes)
-        return grad
-    return rule
+@functools.lru_cache(maxsize=1024)
+def _vjp_plan(subscripts, position):
+    """The string work of one operand's rule, done once per (subscripts, position): its subscripts,
+    their distinct letters, those the cotangent's einsum can produce, that einsum's subscripts and
+    where each letter first occurs."""
+    inputs, output = subscripts.split("->")
+    subs = inputs.split(",")
+    target = subs[position]
+    others = [s for i, s in enumerate(subs) if i != position]
+    seen = set(output).union(*others) if others else set(output)
+    unique = "".join(dict.fromkeys(target))
+    reachable = "".join(c for c in unique if c in seen)
+    first = tuple(target.index(c) for c in unique)
+    return target, unique, reachable, ",".join([output] + others) + "->" + reachable, first
+
+
+def _einsum_vjp_at(position, g, operands, subscripts):
+    target, unique, reachable, grad_subscripts, first = _vjp_plan(subscripts, position)
+    grad = einsum(g, *operands[:position], *operands[position + 1:], subscripts=grad_subscripts)
+    shape = operands[position].shape  # one example's under vmap
+    sizes = {c: shape[i] for c, i in zip(unique, first)}
+    # einsum broadcasts size-1 dimensions: sum back where this operand had size 1 (below,
+    # broadcast_to widens the opposite case, and the indices no one else reads)
+    gshape = grad.shape
+    widened = tuple(i for i, c in enumerate(reachable) if sizes[c] == 1 and gshape[i] != 1)
+    if widened:
+        grad = sum_(grad, axis=widened, keepdims=True)
+    if reachable != unique or grad.shape != tuple(sizes[c] for c in reachable):
+        kept = dict(zip(reachable, grad.shape))
+        grad = reshape(grad, shape=tuple(kept.get(c, 1) for c in unique))
+        grad = broadcast_to(grad, shape=tuple(sizes[c] for c in unique))
+    if unique != target:
+        grad = _place_on_diagonals(grad, unique, target, sizes)
+    return grad
 
 
 def _place_on_diagonals(grad, unique, target, sizes):
@@ -219,7 +257,8 @@ def _place_on_diagonals(grad, unique, target, sizes):
 
 def _einsum_fused_vjp(g, ans, operands, params, parents):
     """One cotangent per traced operand, for any number of operands."""
-    return [_einsum_vjp(position)(g, ans, *operands, **params) for position, _ in parents]
+    subscripts = params["subscripts"]
+    return [_einsum_vjp_at(position, g, operands, subscripts) for position, _ in parents]
 
 
 def _einsum_fused_jvp(tangents, ans, operands, params):
@@ -242,5 +281,4 @@ einsum.fused_jvp = _einsum_fused_jvp
 
 def vdot(a, b):
     """``np.vdot`` for real arrays: the sum of the elementwise product of the flattened arrays."""
-    from .shape import reshape
     return dot(reshape(a, shape=(-1,)), reshape(b, shape=(-1,)))

@@ -9,6 +9,9 @@ import numpy as np
 
 from ..core.trace import Tracer, unbox
 from ._table import defprim, elementwise_constant, nondiff
+from . import shape as sh
+from .elementwise import where
+from .shape import astype, broadcast_to, concatenate, flip, getitem, reshape
 
 
 def _axes(axis, ndim):
@@ -21,7 +24,6 @@ def _axes(axis, ndim):
 
 def _expand_to(g, shape, axis, keepdims):
     """Put back the reduced axes of ``g`` (as size 1) and broadcast it to ``shape``."""
-    from .shape import broadcast_to, reshape
     if not keepdims:
         kept = list(shape)
         for a in _axes(axis, len(shape)):
@@ -67,7 +69,6 @@ def _tie_shares(ans, x, axis, keepdims):
     if type(x) is Tracer or type(ans) is Tracer:
         # traced (inside vmap, the values carry batch axes that ``axis`` does not count): the same
         # steps as primitives, which shift the axes; the comparison makes the shares constants
-        from .shape import astype
         selected = _equal(x, _expand_to(ans, x.shape, axis, keepdims))
         count = sum_(selected, axis=axis, keepdims=True)
         return astype(selected / count, dtype=dtype)
@@ -79,7 +80,27 @@ def _tie_shares(ans, x, axis, keepdims):
 _equal = nondiff(np.equal)
 
 
+def _kept(v, ndim, axis, keepdims):
+    """A plain reduction result ``v`` with its reduced axes put back as size 1 (broadcasts against x)."""
+    if keepdims or axis is None:
+        return v   # a full reduction's 0-d result broadcasts as it is
+    return np.expand_dims(v, _axes(axis, ndim))
+
+
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
+    if type(g) is not Tracer and type(x) is np.ndarray and type(ans) is not Tracer:
+        # plain values: the comparison, one count and one product, in x's dtype (no float64
+        # temporaries, no broadcast copy of g: the product broadcasts it)
+        ndim = x.ndim
+        selected = x == _kept(ans, ndim, axis, keepdims)
+        g = _kept(g, ndim, axis, keepdims)
+        count = np.count_nonzero(selected, axis=None if axis is None else _axes(axis, ndim), keepdims=True)
+        dtype = np.result_type(x, np.float16)
+        if type(g) is not np.ndarray:
+            g = np.asarray(g)
+        if g.dtype != dtype:
+            g = g.astype(dtype)
+        return selected * np.divide(g, count, dtype=g.dtype)
     return _expand_to(g, _shape(x), axis, keepdims) * _tie_shares(ans, x, axis, keepdims)
 
 
@@ -91,6 +112,29 @@ def _extremum_jvp(t, ans, x, axis=None, keepdims=False):
 sum_ = defprim(_sum, lambda g, ans, x, axis=None, keepdims=False: _expand_to(g, x.shape, axis, keepdims),
                name="sum", linear=True)
 max_ = defprim(_max, _extremum_vjp, name="max", jvp=_extremum_jvp)
+
+
+def _mean(x, axis=None, keepdims=False):
+    if type(x) is np.ndarray:
+        return x.mean(axis=axis, keepdims=keepdims)
+    return np.mean(x, axis=axis, keepdims=keepdims)
+
+
+def _reduced_size(shape, axis):
+    """How many elements each result of reducing ``shape`` over ``axis`` averages (Python ints)."""
+    n = 1
+    for a in (range(len(shape)) if axis is None else axis):
+        n *= shape[a]
+    return n
+
+
+def _mean_vjp(g, ans, x, axis=None, keepdims=False):
+    shape = _shape(x)  # one example's under vmap
+    return _expand_to(g / _reduced_size(shape, axis), shape, axis, keepdims)
+
+
+# one tape entry (not a sum and a division); ``axis`` is a sorted tuple or None, as for sum
+mean = defprim(_mean, _mean_vjp, name="mean", linear=True)
 min_ = defprim(_min, _extremum_vjp, name="min", jvp=_extremum_jvp)
 
 
@@ -100,7 +144,6 @@ def _prod(x, axis=None, keepdims=False):
 
 def _others(x, axis):
     """The product of all *other* elements of each lane: exclusive cumulative products, safe at zeros."""
-    from . import shape as sh
     shape = _shape(x)  # one example's under vmap
     axes = _axes(axis, len(shape))
     rest = tuple(a for a in range(len(shape)) if a not in axes)
@@ -113,7 +156,6 @@ def _others(x, axis):
 
 def _exclusive_cumprod(x):
     """[1, x0, x0 x1, ...] along the last axis."""
-    from .shape import concatenate, getitem
     ones = np.ones(_shape(x)[:-1] + (1,), unbox(x).dtype)
     return cumprod(concatenate(ones, getitem(x, index=(Ellipsis, slice(None, -1))), axis=-1), axis=-1)
 
@@ -167,7 +209,6 @@ def _cumsum(x, axis):
 
 
 def _reverse_cumsum(g, axis):
-    from .shape import flip
     return flip(cumsum(flip(g, axis=axis), axis=axis), axis=axis)
 
 
@@ -182,7 +223,6 @@ def _cumprod_vjp(g, ans, x, axis):
     """sum_{k>=j} g_k ans_k / x_j where x_j != 0. At a zero x_j that division is 0/0, so the
     product without x_j is recomputed: one O(n) cumprod per zero rank along the axis (the m-th
     zeros of all lanes together). Written with wengert ops, so it can be differentiated again."""
-    from .elementwise import where
     if not np.any(unbox(x) == 0):  # the whole batch under vmap
         return _reverse_cumsum(g * ans, axis) / x
     zero = _is_zero(x)
@@ -198,7 +238,6 @@ def _cumprod_jvp(t, ans, x, axis):
     """ans_k sum_{j<=k} t_j / x_j. From a lane's first zero z on, ans is 0 and the one surviving
     term is t_z times the other factors: the cumprod with x_z replaced by t_z (0 after a second
     zero). A subnormal x_z (1/x_z overflows) is taken as a zero: the terms dropped are O(x_z)."""
-    from .elementwise import where
     plain = unbox(x)  # the whole batch under vmap: the masked formula is right for all examples
     if not (np.abs(plain) < np.finfo(plain.dtype).tiny).any():
         return ans * cumsum(t / x, axis=axis)

@@ -66,11 +66,31 @@ def _concatenate(*arrays, axis=0):
 
 
 def _concatenate_vjp(g, ans, arrays, params, parents):
-    """Each operand's cotangent is its slice of ``g``: offsets computed once for all operands."""
+    """Each operand's cotangent is its slice of ``g``: offsets summed once, in Python."""
     axis = params["axis"]
-    ends = np.cumsum([a.shape[axis] for a in arrays])
-    lead = (slice(None),) * (axis % g.ndim)
-    return [getitem(g, index=lead + (slice(ends[p] - arrays[p].shape[axis], ends[p]),)) for p, _ in parents]
+    if axis < 0:
+        axis += len(g.shape)
+    lead = (slice(None),) * axis
+    starts, end = [], 0
+    for a in arrays:
+        starts.append(end)
+        end += a.shape[axis]
+    take = _slice_of(g)
+    return [take(g, lead + (slice(starts[p], starts[p] + arrays[p].shape[axis]),)) for p, _ in parents]
+
+
+def _plain_index(g, index):
+    return g[index]
+
+
+def _traced_index(g, index):
+    return getitem(g, index=index)
+
+
+def _slice_of(g):
+    """How a rule reads part of the cotangent: NumPy's indexing on a plain one (the primitive's
+    call would only find no tracer and do the same), ``getitem`` on a traced one."""
+    return _plain_index if type(g) is np.ndarray else _traced_index
 
 
 def _stack(*arrays, axis=0):
@@ -79,7 +99,8 @@ def _stack(*arrays, axis=0):
 
 def _stack_vjp(g, ans, arrays, params, parents):
     lead = (slice(None),) * params["axis"]
-    return [getitem(g, index=lead + (p,)) for p, _ in parents]
+    take = _slice_of(g)
+    return [take(g, lead + (p,)) for p, _ in parents]
 
 
 # linear: the JVP is the concatenation (stack) of the tangents, zeros standing for constant operands

@@ -206,7 +206,7 @@ def reduction_rule(prim, vals, batched, params, size):
     (x,) = vals
     nd = _ndim(x) - 1
     p = dict(params)
-    if "axis" in p or prim.name in ("sum", "max", "min", "prod"):
+    if "axis" in p or prim.name in ("sum", "mean", "max", "min", "prod"):
         p["axis"] = _axis(p.get("axis"), nd)
     return prim(x, **p)
 
@@ -474,7 +474,7 @@ def _register():
             RULES[prim] = elementwise_rule
     RULES.update({
         E.where: elementwise_rule, E.clip: elementwise_rule, E.power: elementwise_rule,
-        R.sum_: reduction_rule, R.max_: reduction_rule, R.min_: reduction_rule, R.prod: reduction_rule,
+        R.sum_: reduction_rule, R.mean: reduction_rule, R.max_: reduction_rule, R.min_: reduction_rule, R.prod: reduction_rule,
         R.cumsum: scan_rule, R.cumprod: scan_rule,
         S.reshape: reshape_rule, S.transpose: transpose_rule, S.broadcast_to: broadcast_to_rule,
         S.astype: unary_rule, S.concatenate: join_rule, S.stack: join_rule,
@@ -796,7 +796,7 @@ def f_elementwise_rule(prim, vals, batched, params, nb):
 def f_reduction_rule(prim, vals, batched, params, nb):
     (x,) = vals
     p = dict(params)
-    if "axis" in p or prim.name in ("sum", "max", "min", "prod"):
+    if "axis" in p or prim.name in ("sum", "mean", "max", "min", "prod"):
         p["axis"] = _axis_nb(p.get("axis"), _ndim(x) - nb, nb)
     return prim.impl(x, **p) if type(x) is np.ndarray else prim(x, **p)
 
