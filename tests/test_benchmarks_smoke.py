@@ -49,6 +49,8 @@ def test_odeint_benchmark_runs_and_its_gradients_agree():
     assert len(rows) == 3
     errors = [float(row[6]) for row in rows]
     assert max(errors) < 1e-5, proc.stdout   # adjoint, sensitivities and RK4 agree with the reference
+
+
 def test_op_overhead_covers_every_primitive_and_runs(tmp_path):
     """benchmarks/op_overhead.py in its tiny mode: every case runs on every size, each registered
     primitive is measured by some case or named in NOT_MEASURED with a reason, and the JSON has
