@@ -169,6 +169,11 @@ def _stats_cases():
         ("norm", "sf", (x, 0.1, par(3))), ("norm", "logsf", (x, 0.1, 0.7)), ("norm", "ppf", (u, 0.1, par(3))),
         ("t", "logpdf", (x, par(3), 0.2, par(2, 1))), ("t", "pdf", (x, par(3), par(3), 1.3)),
         ("t", "cdf", (x, 2.5, par(3), par(3))), ("t", "logcdf", (x, 2.5, 0.2, 1.3)),
+        ("t", "sf", (x, 2.5, par(3), par(3))), ("t", "logsf", (x, 2.5, 0.2, 1.3)),
+        ("norm", "isf", (u, 0.1, par(3))),
+        ("beta", "sf", (u, 2.0, 3.0)), ("beta", "logsf", (u, 2.0, 3.0)),
+        ("gamma", "sf", (p, 2.5)), ("gamma", "logsf", (p, 2.5, 0.0, par(3))),
+        ("chi2", "sf", (p, 3.0)), ("chi2", "logsf", (p, 3.0)),
         ("beta", "logpdf", (u, par(3), par(2, 1))), ("beta", "pdf", (u, par(3), 2.0)),
         ("beta", "cdf", (u, 2.0, 3.0)), ("beta", "logcdf", (u, 2.0, 3.0)),
         ("gamma", "logpdf", (p, par(3))), ("gamma", "pdf", (p, par(3), 0.1, par(3))),
@@ -208,10 +213,67 @@ def test_stats(case, own_jvp_rules):
 def test_poisson():
     k = np.array([0, 1, 3, -1, 1.5])
     mu = np.array([0.7, 2.0, 3.5, 1.0, 1.0])
-    for method in ("logpmf", "pmf", "cdf", "logcdf"):
+    for method in ("logpmf", "pmf", "cdf", "logcdf", "sf", "logsf"):
         f, ref = getattr(wst.poisson, method), getattr(st.poisson, method)
         np.testing.assert_allclose(wg.vjp(lambda mu: f(k, mu), mu)[0], ref(k, mu))
         wg.check_grads(lambda mu: f(k[:3], mu), (mu[:3],), order=2, modes=FWD_REV)
+
+
+def test_sf_outside_the_support_as_scipy():
+    for dist, args in (("beta", (np.array([-0.5, 0.5, 1.5]), 2.0, 3.0)),
+                       ("gamma", (np.array([-1.0, 0.5, 2.0]), 2.5)),
+                       ("chi2", (np.array([-1.0, 0.5, 2.0]), 3.0))):
+        for method in ("sf", "logsf"):
+            with np.errstate(divide="ignore"):   # logsf is -inf where sf is 0, as SciPy gives
+                ours = wg.vjp(lambda x: getattr(getattr(wst, dist), method)(x, *args[1:]), args[0])[0]
+                np.testing.assert_allclose(ours, getattr(getattr(st, dist), method)(*args), rtol=1e-12)
+
+
+def test_methods_without_a_derivative_pass_through_to_scipy():
+    """Sample with SciPy's rvs, differentiate logpdf: the autograd-style script runs unchanged."""
+    alpha = np.array([1.5, 2.0, 3.0])
+    x = wst.dirichlet.rvs(alpha, size=5, random_state=0)
+    np.testing.assert_array_equal(x, st.dirichlet.rvs(alpha, size=5, random_state=0))
+    g = wg.grad(lambda a: wnp.sum(wst.dirichlet.logpdf(x.T, a)))(alpha)
+    expected = np.sum(np.log(x), axis=0) + 5 * (sc.digamma(alpha.sum()) - sc.digamma(alpha))
+    np.testing.assert_allclose(g, expected, rtol=1e-10)
+    data = st.gamma.rvs(2.0, size=40, random_state=1)
+    for dist, method, args, kwargs in (("norm", "mean", (1.0, 2.0), {}), ("norm", "var", (1.0, 2.0), {}),
+                                       ("t", "std", (4.0,), {}), ("gamma", "median", (2.0,), {}),
+                                       ("norm", "interval", (0.9,), {}), ("gamma", "fit", (data,), {}),
+                                       ("beta", "entropy", (2.0, 3.0), {}), ("chi2", "moment", (2, 3.0), {}),
+                                       ("t", "stats", (5.0,), {"moments": "mvsk"}),
+                                       ("beta", "support", (2.0, 3.0), {}),
+                                       ("poisson", "rvs", (3.0,), {"size": 4, "random_state": 2}),
+                                       ("multivariate_normal", "rvs", (np.zeros(2), np.eye(2)),
+                                        {"random_state": 3})):
+        np.testing.assert_array_equal(getattr(getattr(wst, dist), method)(*args, **kwargs),
+                                      getattr(getattr(st, dist), method)(*args, **kwargs))
+    with pytest.raises(AttributeError):
+        wst.norm.no_such_method
+
+
+def test_passed_through_methods_refuse_traced_values():
+    with pytest.raises(wg.NoDerivativeError, match="norm.rvs.*loc . scale . norm.rvs"):
+        wg.grad(lambda m: wnp.sum(wst.norm.rvs(m, size=3)))(0.5)
+    with pytest.raises(wg.NoDerivativeError, match="gamma.mean"):
+        wg.grad(lambda a: wst.gamma.mean(a))(2.0)
+    with pytest.raises(wg.NoDerivativeError, match=r"norm\(\.\.\.\)\.var"):
+        wg.grad(lambda m: wst.norm(m, 1.0).var())(0.5)
+
+
+def test_frozen_distributions():
+    frozen = wst.norm(0.5, 2.0)
+    assert frozen.mean() == 0.5 and frozen.std() == 2.0
+    np.testing.assert_array_equal(frozen.rvs(size=3, random_state=0), st.norm(0.5, 2.0).rvs(size=3, random_state=0))
+    assert frozen.logpdf(1.0) == pytest.approx(st.norm(0.5, 2.0).logpdf(1.0), rel=1e-14)
+    # traced parameters: d/dm log N(x; m, s) = (x - m) / s^2, d/ds = ((x - m)^2 / s^2 - 1) / s
+    g_m, g_s = wg.grad(lambda m, s: wst.norm(m, scale=s).logpdf(1.0), argnums=(0, 1))(0.5, 2.0)
+    assert g_m == pytest.approx(0.5 / 4) and g_s == pytest.approx((0.25 / 4 - 1) / 2)
+    wg.check_grads(lambda a, x: wst.gamma(2.5, scale=a).cdf(x) + wst.gamma(a).logpdf(x), (2.5, 1.2),
+                   order=2, modes=FWD_REV)
+    wg.check_grads(lambda m: wst.multivariate_normal(m, np.eye(2) * 2).logpdf(np.array([0.3, -0.2])),
+                   (np.array([0.1, 0.4]),), order=2)
 
 
 def test_invalid_parameters_as_scipy():
@@ -564,6 +626,8 @@ def test_grad_inside_vmap_of_more_special_functions_is_batched(loss):
     lambda x, m, s: wst.beta.logpdf(x * 0.3, 2.0, 3.0) * m * s, lambda x, m, s: wst.t.logpdf(x, 3.0, m, s),
     lambda x, m, s: wst.poisson.logpmf(np.arange(4.0), x) * m * s,
     lambda x, m, s: wst.multivariate_normal.logpdf(x[:3], m[:3], np.eye(3) + 0.3) * s[0],
+    lambda x, m, s: wst.t.sf(x, 3.0, m, s) + wst.gamma.logsf(x, 2.0, 0.0, s) + wst.beta.sf(x * 0.2, 2.0, 3.0) * m,
+    lambda x, m, s: wst.poisson.logsf(np.arange(4.0), x) * m * s,
 ])
 def test_grad_inside_vmap_of_stats_is_batched(loss):
     args = (_POS, _W, _POS[::-1])

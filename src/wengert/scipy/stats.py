@@ -1,6 +1,13 @@
 """scipy.stats distributions with gradients: ``norm``, ``t``, ``beta``, ``gamma``, ``chi2``,
 ``poisson``, ``dirichlet``, ``multivariate_normal``.
 
+Every other method (``rvs``, ``mean``, ``var``, ``std``, ``median``, ``interval``, ``fit``,
+``entropy``, ``moment``, ``stats``, ``support``, ...) is SciPy's own, passed through, so code that
+samples with ``dirichlet.rvs`` and differentiates ``dirichlet.logpdf`` runs unchanged; given a
+traced value such a method raises ``NoDerivativeError`` instead of reading it as a constant.
+``norm(loc, scale)`` freezes the parameters as in SciPy (traced parameters too, for the
+differentiable methods).
+
 Each is an object with SciPy's method names and signatures (``norm.logpdf(x, loc=0, scale=1)``).
 Called on plain values, a method is SciPy's own, so plain code gets SciPy's exact answer; on traced
 values it is a composition of ``wengert.scipy.special`` functions and ``wengert.numpy`` operations,
@@ -86,14 +93,76 @@ def _select(inside, value, outside):
     return value if _everywhere(inside) else F.where(inside, value, outside)
 
 
+# the methods a distribution here may differentiate; every other name passes through to SciPy
+_DIFFERENTIABLE = frozenset(("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf", "logpmf", "pmf"))
+
+
+def _passthrough(qualname, fn):
+    """SciPy's ``fn`` as it is; a traced argument is refused rather than read as a constant."""
+
+    def call(*args, **kwargs):
+        if _traced(*args, *kwargs.values()):
+            hint = ("; to differentiate a sample in its parameters, transform a standard draw with "
+                    "wengert.numpy: loc + scale * norm.rvs(size=...)" if qualname.endswith(".rvs") else "")
+            raise NoDerivativeError(f"{qualname} on a traced value (it is SciPy's own method{hint})")
+        return fn(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = qualname.rsplit(".", 1)[-1]
+    call.__doc__ = getattr(fn, "__doc__", None)
+    return call
+
+
 class _Dist:
+    """A distribution: the differentiable methods below, SciPy's own for every other name (``rvs``,
+    ``mean``, ``var``, ``std``, ``median``, ``interval``, ``fit``, ``entropy``, ``moment``, ``stats``,
+    ``support``, ...), and SciPy's frozen distributions (``norm(loc, scale)``)."""
     name = ""
 
     def _scipy(self, method, *args, **kwargs):
         return getattr(getattr(_st, self.name), method)(*args, **kwargs)
 
+    def __getattr__(self, attr):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        original = getattr(getattr(_st, self.name), attr)   # SciPy's AttributeError for unknown names
+        if not callable(original):
+            return original
+        return _passthrough(f"scipy.stats.{self.name}.{attr}", original)
+
+    def __call__(self, *args, **kwargs):
+        return _Frozen(self, args, kwargs)
+
     def __repr__(self):
         return f"<wengert.scipy.stats.{self.name}>"
+
+
+class _Frozen:
+    """``dist(*params)``: the differentiable methods take the parameters (traced or not); the other
+    methods are those of SciPy's frozen distribution."""
+
+    def __init__(self, dist, args, kwds):
+        self.dist, self.args, self.kwds = dist, args, kwds
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        if attr in _DIFFERENTIABLE and hasattr(type(self.dist), attr):
+            method = getattr(self.dist, attr)
+
+            def frozen_method(x, *args, **kwargs):
+                return method(x, *self.args, *args, **{**self.kwds, **kwargs})
+
+            frozen_method.__name__ = attr
+            return frozen_method
+        qualname = f"scipy.stats.{self.dist.name}(...).{attr}"
+        if _traced(*self.args, *self.kwds.values()):
+            getattr(getattr(_st, self.dist.name), attr)   # SciPy's AttributeError for unknown names
+            raise NoDerivativeError(f"{qualname} with traced parameters (it is SciPy's own method)")
+        original = getattr(getattr(_st, self.dist.name)(*self.args, **self.kwds), attr)
+        return _passthrough(qualname, original) if callable(original) else original
+
+    def __repr__(self):
+        return f"<wengert.scipy.stats.{self.dist.name} frozen>"
 
 
 def _method(name, traced):
@@ -147,6 +216,9 @@ class _Norm(_Dist):
     def _ppf(self, q, loc=0, scale=1):
         return _nan_where(loc + scale * S.ndtri(q), _plain(scale) <= 0)
 
+    def _isf(self, q, loc=0, scale=1):
+        return _nan_where(loc - scale * S.ndtri(q), _plain(scale) <= 0)
+
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
     cdf = _method("cdf", _cdf)
@@ -154,6 +226,7 @@ class _Norm(_Dist):
     sf = _method("sf", _sf)
     logsf = _method("logsf", _logsf)
     ppf = _method("ppf", _ppf)
+    isf = _method("isf", _isf)
 
 
 norm = _Norm()
@@ -170,16 +243,26 @@ class _T(_Dist):
                - half * F.log1p(z * z / df) - F.log(scale))
         return _nan_where(out, _nonpositive(df, scale))
 
-    def _cdf(self, x, df, loc=0, scale=1):
+    def _tails(self, x, df, loc, scale, upper):
+        """cdf (``upper=False``) or sf: the tail beyond ``|z|`` is half an incomplete beta."""
         z = (_arr(x) - loc) / scale
         tail = 0.5 * S.betainc(df / 2, 0.5, df / (df + z * z))
-        out = F.where(_plain(z) < 0, tail, 1 - tail)
+        below = _plain(z) < 0
+        out = F.where(below, 1 - tail, tail) if upper else F.where(below, tail, 1 - tail)
         return _nan_where(out, _nonpositive(df, scale))
+
+    def _cdf(self, x, df, loc=0, scale=1):
+        return self._tails(x, df, loc, scale, upper=False)
+
+    def _sf(self, x, df, loc=0, scale=1):
+        return self._tails(x, df, loc, scale, upper=True)
 
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
     cdf = _method("cdf", _cdf)
     logcdf = _method("logcdf", _log_of("cdf"))
+    sf = _method("sf", _sf)
+    logsf = _method("logsf", _log_of("sf"))
 
 
 t = _T()
@@ -206,10 +289,21 @@ class _Beta(_Dist):
         out = _select(inside, out, (pz >= 1).astype(float))
         return _nan_where(out, _nonpositive(a, b, scale))
 
+    def _sf(self, x, a, b, loc=0, scale=1):
+        """``I_{1-z}(b, a)``: the upper tail without the cancellation of ``1 - cdf``."""
+        z = (_arr(x) - loc) / scale
+        pz = _plain(z)
+        inside = F.logical_and(pz > 0, pz < 1)
+        out = S.betainc(b, a, 1 - _safe(z, inside, 0.5))
+        out = _select(inside, out, (pz <= 0).astype(float))
+        return _nan_where(out, _nonpositive(a, b, scale))
+
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
     cdf = _method("cdf", _cdf)
     logcdf = _method("logcdf", _log_of("cdf"))
+    sf = _method("sf", _sf)
+    logsf = _method("logsf", _log_of("sf"))
 
 
 beta = _Beta()
@@ -233,6 +327,14 @@ def _gamma_cdf(x, a, loc, scale):
     return _select(inside, out, 0.0)
 
 
+def _gamma_sf(x, a, loc, scale):
+    z = (_arr(x) - loc) / scale
+    pz = _plain(z)
+    inside = pz > 0
+    out = S.gammaincc(a, _safe(z, inside, 1.0))
+    return _select(inside, out, 1.0)
+
+
 class _Gamma(_Dist):
     name = "gamma"
 
@@ -242,10 +344,15 @@ class _Gamma(_Dist):
     def _cdf(self, x, a, loc=0, scale=1):
         return _nan_where(_gamma_cdf(x, a, loc, scale), _nonpositive(a, scale))
 
+    def _sf(self, x, a, loc=0, scale=1):
+        return _nan_where(_gamma_sf(x, a, loc, scale), _nonpositive(a, scale))
+
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
     cdf = _method("cdf", _cdf)
     logcdf = _method("logcdf", _log_of("cdf"))
+    sf = _method("sf", _sf)
+    logsf = _method("logsf", _log_of("sf"))
 
 
 gamma = _Gamma()
@@ -260,10 +367,15 @@ class _Chi2(_Dist):
     def _cdf(self, x, df, loc=0, scale=1):
         return _nan_where(_gamma_cdf(x, df / 2, loc, 2 * scale), _nonpositive(df, scale))
 
+    def _sf(self, x, df, loc=0, scale=1):
+        return _nan_where(_gamma_sf(x, df / 2, loc, 2 * scale), _nonpositive(df, scale))
+
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
     cdf = _method("cdf", _cdf)
     logcdf = _method("logcdf", _log_of("cdf"))
+    sf = _method("sf", _sf)
+    logsf = _method("logsf", _log_of("sf"))
 
 
 chi2 = _Chi2()
@@ -294,10 +406,23 @@ class _Poisson(_Dist):
         out = _select(ok, out, 0.0)
         return _nan_where(out, _plain(mu) < 0)
 
+    def _sf(self, k, mu, loc=0):
+        """P(K > k) = P(k + 1, mu), the regularized lower incomplete gamma function."""
+        if type(k) is Tracer or type(loc) is Tracer:
+            raise NoDerivativeError("the derivative of scipy.stats.poisson with respect to k or loc "
+                                    "(they are integers)")
+        k = np.floor(np.asarray(k) - np.asarray(loc))
+        ok = k >= 0
+        out = S.gammainc(np.where(ok, k, 0) + 1, mu)
+        out = _select(ok, out, 1.0)
+        return _nan_where(out, _plain(mu) < 0)
+
     logpmf = _method("logpmf", _logpmf)
     pmf = _method("pmf", _exp_of("logpmf"))
     cdf = _method("cdf", _cdf)
     logcdf = _method("logcdf", _log_of("cdf"))
+    sf = _method("sf", _sf)
+    logsf = _method("logsf", _log_of("sf"))
 
 
 poisson = _Poisson()
@@ -364,9 +489,13 @@ class _MultivariateNormal(_Dist):
     def _cdf(self, *args, **kwargs):
         raise NoDerivativeError("scipy.stats.multivariate_normal.cdf (a numerical integral)")
 
+    def _logcdf(self, *args, **kwargs):
+        raise NoDerivativeError("scipy.stats.multivariate_normal.logcdf (a numerical integral)")
+
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
     cdf = _method("cdf", _cdf)
+    logcdf = _method("logcdf", _logcdf)
 
 
 multivariate_normal = _MultivariateNormal()
