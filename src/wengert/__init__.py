@@ -10,8 +10,9 @@ from . import numpy  # noqa: F401  (installs the ndarray behaviour of tracers)
 from . import tree
 from .buffer import Buffer, at
 from .core.mutation import InPlaceWriteError
-from .core.errors import (LeakedTracerError, NoDerivativeError, NonDifferentiableInputError,
-                          NonScalarOutputError, WengertError)
+from .core.errors import (GradientDroppedWarning, LeakedTracerError, NoDerivativeError,
+                          NonDifferentiableInputError, NonScalarOutputError, TracerConversionError,
+                          WengertError)
 from .core.trace import Tracer
 from .transforms.check import check_grads
 from .profiling import profile
@@ -19,7 +20,7 @@ from .transforms.reverse import grad, jacobian, value_and_grad, vjp
 from .transforms.forward import hessian, hvp, jacfwd, jacrev, jvp, linearize
 from .transforms.batching import vmap
 from .transforms.custom import CustomGradientError, custom_vjp, op
-from .transforms.extras import checkpoint, elementwise_grad
+from .transforms.extras import checkpoint, elementwise_grad, stop_gradient
 from . import flatten_util  # noqa: F401
 from . import nn, rewrites  # noqa: F401  (rewrites: log of known compositions records the fused op)
 from .config import config
@@ -32,5 +33,6 @@ __all__ = [
     "numpy", "Tracer", "WengertError", "LeakedTracerError", "NoDerivativeError",
     "NonDifferentiableInputError", "NonScalarOutputError",
     "custom_vjp", "op", "CustomGradientError", "config", "nn",
-    "elementwise_grad", "checkpoint", "flatten_util",
+    "elementwise_grad", "checkpoint", "flatten_util", "stop_gradient",
+    "GradientDroppedWarning", "TracerConversionError",
 ]

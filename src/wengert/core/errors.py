@@ -16,11 +16,11 @@ class LeakedTracerError(WengertError):
 
 
 class NoDerivativeError(WengertError, NotImplementedError):
-    def __init__(self, name):
-        super().__init__(
+    def __init__(self, name, message=None):
+        super().__init__(message or (
             f"{name} has no derivative rule in wengert. Define one with @wengert.custom_vjp "
             "(or wengert.op), or compute this value outside the differentiated function."
-        )
+        ))
 
 
 class NonDifferentiableInputError(WengertError, TypeError):
@@ -29,3 +29,13 @@ class NonDifferentiableInputError(WengertError, TypeError):
 
 class NonScalarOutputError(WengertError, TypeError):
     pass
+
+
+class TracerConversionError(WengertError, TypeError):
+    """A traced value was turned into a plain NumPy array or written into one, which would drop its
+    gradient (a TypeError, as NumPy raises for values it cannot convert)."""
+
+
+class GradientDroppedWarning(UserWarning):
+    """A traced value was turned into a Python number (``float()``, ``.item()``, ``math.*``): the
+    number carries no gradient. ``float(wg.stop_gradient(x))`` says it on purpose, silently."""

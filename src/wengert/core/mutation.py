@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import WengertError
+from .errors import LeakedTracerError, WengertError
 from .trace import Tracer
 
 
@@ -93,6 +93,8 @@ def refuse_writes_into_inputs(trace, memory):
 def write_in_place(x, index, value, write_prim):
     """``x[index] = value`` for a tracer ``x``: mutate its memory and record the write."""
     trace = x._trace
+    if not trace.alive:
+        raise LeakedTracerError("x[...] = v")
     if trace.computes:   # a level without a tape handles the write itself
         return trace.write(x, index, value)
     if type(x.value) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):

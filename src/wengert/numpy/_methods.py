@@ -7,7 +7,9 @@ gets a clear error where none does.
 """
 from __future__ import annotations
 
+import math
 import operator
+import sys
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from ..primitives import elementwise as E
 from ..primitives import shape as S
 from ..primitives.scatter import write
 from ..primitives._table import nondiff, unbox_all
+from ._conversions import array_refusal, check_number
 
 UFUNCS = {}
 FUNCTIONS = {}
@@ -93,12 +96,7 @@ def _repr(self):
 
 
 def _array(self, dtype=None, copy=None):
-    raise TypeError(
-        "A traced value cannot be written into a plain NumPy array (np.asarray / np.array on a "
-        "value being differentiated would silently drop its gradient). Use wengert.numpy "
-        "(wnp.asarray, wnp.stack, wnp.concatenate) to build arrays from traced values, or "
-        "float(x) / x.item() when you need the number itself for control flow."
-    )
+    raise array_refusal(1)
 
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
@@ -110,7 +108,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if method == "__call__":
         fn = UFUNCS.get(ufunc)
         if fn is None:
-            raise NoDerivativeError(f"numpy.{ufunc.__name__}")
+            raise _no_rule_for(ufunc)
         kwargs.pop("out", None)
         if kwargs:
             raise TypeError(f"numpy.{ufunc.__name__}: the options {sorted(kwargs)} are not supported on traced values")
@@ -121,7 +119,29 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         kwargs.pop("out", None)
         axis = kwargs.pop("axis", 0)
         return getattr(wnp, reductions[ufunc])(inputs[0], axis=axis, **kwargs)
-    raise NoDerivativeError(f"numpy.{ufunc.__name__}.{method}")
+    raise NoDerivativeError(f"{_ufunc_name(ufunc)}.{method}")
+
+
+def _ufunc_name(ufunc):
+    """``numpy.sin``, ``scipy.special.expit``: where the user's ufunc comes from."""
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
+        return f"numpy.{name}"
+    special = sys.modules.get("scipy.special")
+    if special is not None and getattr(special, name, None) is ufunc:
+        return f"scipy.special.{name}"
+    return f"the ufunc {name}"
+
+
+def _no_rule_for(ufunc):
+    name = _ufunc_name(ufunc)
+    if name.startswith("scipy.special.") and "wengert.scipy.special" not in sys.modules:
+        return NoDerivativeError(name, (
+            f"{name} was called on a traced value, and wengert.scipy.special is not imported: its "
+            f"functions carry derivative rules. Call wengert.scipy.special.{ufunc.__name__} (docs/scipy.md "
+            "lists what it covers; once it is imported, scipy.special's own functions on traced values "
+            "go to it too)."))
+    return NoDerivativeError(name)
 
 
 def _array_function(self, func, types, args, kwargs):
@@ -146,6 +166,59 @@ def _shape(self):
 def _concrete(self):
     from ..transforms.batching import concrete
     return concrete(self)
+
+
+# Python numbers from traced values (the rule: numpy/_conversions.py). Each is called by Python or
+# NumPy directly, so the code that asked for the number is two frames up from check_number.
+def _float(self):
+    value = _concrete(self)
+    check_number(self, "float", 1)
+    return float(value)
+
+
+def _complex(self):
+    value = _concrete(self)
+    check_number(self, "complex", 1)
+    return complex(value)
+
+
+def _int(self):
+    value = _concrete(self)
+    check_number(self, "int", 1)
+    return int(value)
+
+
+def _item(self, *args):
+    value = _concrete(self)
+    check_number(self, "item", 1)
+    return value.item(*args) if hasattr(value, "item") else value
+
+
+def _tolist(self):
+    value = _concrete(self)
+    check_number(self, "tolist", 1)
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def _scalar(self):
+    value = _concrete(self)
+    return value[()] if type(value) is np.ndarray else value
+
+
+def _round(self, ndigits=None):
+    return round(_scalar(self), ndigits)
+
+
+def _floor(self):
+    return math.floor(_scalar(self))
+
+
+def _ceil(self):
+    return math.ceil(_scalar(self))
+
+
+def _trunc(self):
+    return math.trunc(_scalar(self))
 
 
 def install(wnp):
@@ -187,9 +260,17 @@ def install(wnp):
     T.__setitem__ = _setitem
     T.__len__ = _len
     T.__iter__ = _iter
-    T.__float__ = lambda self: float(_concrete(self))
-    T.__int__ = lambda self: int(_concrete(self))
-    T.__complex__ = lambda self: complex(_concrete(self))
+    T.__float__ = _float
+    T.__int__ = _int
+    T.__complex__ = _complex
+    T.__round__ = _round
+    T.__floor__ = _floor
+    T.__ceil__ = _ceil
+    T.__trunc__ = _trunc
+    # copy.copy / copy.deepcopy (a params dict holding tracers): a copy on the tape, the identity
+    # for the gradient (copying the tracer's fields would copy its trace and cut the gradient off)
+    T.__copy__ = lambda self: wnp.copy(self)
+    T.__deepcopy__ = lambda self, memo: wnp.copy(self)
     T.__bool__ = lambda self: bool(_concrete(self))
     T.__repr__ = _repr
     T.__array__ = _array
@@ -222,8 +303,8 @@ def install(wnp):
     T.trace = lambda self, offset=0, axis1=0, axis2=1, dtype=None, out=None: wnp.trace(self, offset, axis1, axis2, dtype, out)
     T.copy = lambda self, order="C": wnp.copy(self)
     T.conj = T.conjugate = lambda self: wnp.conj(self)
-    T.item = lambda self, *args: _concrete(self).item(*args)
-    T.tolist = lambda self: _concrete(self).tolist()
+    T.item = _item
+    T.tolist = _tolist
     for name in ("any", "all", "argmax", "argmin", "argsort", "nonzero", "round"):
         setattr(T, name, _plain_method(name))
 

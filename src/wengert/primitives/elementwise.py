@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import unbox
-from ._table import defprim, defunary, elementwise_constant, unbroadcast
+from ._table import batch_elementwise, defprim, defunary, elementwise_constant, unbroadcast
 from . import complex as _complex
 
 LN2 = np.log(2.0)
@@ -243,3 +243,13 @@ clip = defprim(_clip, (lambda g, ans, x, lo, hi: unbroadcast(where(_inside(x, lo
                     lambda t, ans, x, lo, hi: where(_below(x, lo), t, 0),
                     lambda t, ans, x, lo, hi: where(_above(x, hi), t, 0)),
                name="clip")
+
+
+def _identity(x):
+    return x
+
+
+# ``stop_gradient(x)``: x's value with a zero derivative in every interpreter. It has no VJP rule,
+# so a tape records nothing and returns the value stripped of that level (bind); its JVP is zero, so
+# a forward level returns the plain value too; under vmap it is elementwise (the batch stays).
+stop_gradient = defprim(_identity, jvp=lambda t, ans, x: None, batch=batch_elementwise, name="stop_gradient")

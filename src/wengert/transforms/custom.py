@@ -46,6 +46,8 @@ def _custom_impl(*leaves, spec, box):
             f"got {_what(result)}")
     out, res = result
     out_leaves, out_def = tree.flatten(out)
+    if not isinstance(fn, op):
+        fn._check_fwd_output(leaves, in_def, nondiff, out_def, out_leaves)
     box[0] = res
     box[1] = out_def
     box[2] = [(shape_of(x), dtype_of(x)) for x in leaves]
@@ -212,6 +214,7 @@ class _Custom:
         # wengert.numpy code does (JAX traces it under vmap too); op's plain-NumPy pullback cannot
         self._prim.batched_vjp = not isinstance(self, op)
         self._checked = set()
+        self._fwd_checked = set()   # argument signatures whose fwd output was checked
 
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -247,6 +250,35 @@ class _Custom:
                     f"{self._describe()} closes over a value being differentiated (its output depends on "
                     "it, but its rule cannot give it a gradient); pass that value as an argument")
         return tree.unflatten(box[1], out)
+
+    def _check_fwd_output(self, leaves, in_def, nondiff, out_def, out):
+        """``fwd``'s output must be the function's own (structure and shapes): else the gradient of
+        the rest of the program reaches ``bwd`` shaped for the wrong output, and the error would
+        blame ``bwd``. The function runs once on the plain values per argument signature."""
+        for leaf in leaves:
+            while type(leaf) is Tracer:
+                if leaf._trace.batched:
+                    return   # the batch rule made a custom function of the whole batch, checked itself
+                leaf = leaf.value
+        key = (in_def, tuple((shape_of(x), str(dtype_of(x))) for x in leaves), _key_of(nondiff))
+        if key in self._fwd_checked:
+            return
+        expected, expected_def = tree.flatten(self._plain(self._full_args(
+            tree.unflatten(in_def, [unbox(x) for x in leaves]), nondiff)))
+        if expected_def != out_def:
+            raise CustomGradientError(
+                f"{self._describe()}: {self._fwd_name} returned an output of structure {out_def!r}, but the "
+                f"function itself returns {expected_def!r} for these arguments; fwd must return "
+                "(the function's output, residuals)")
+        for k, (got, want) in enumerate(zip(out, expected)):
+            if tuple(shape_of(got)) != tuple(np.shape(want)):
+                where = f"output {k}" if len(expected) > 1 else "output"
+                raise CustomGradientError(
+                    f"{self._describe()}: {self._fwd_name} returned an {where} of shape {tuple(shape_of(got))}, "
+                    f"but the function itself returns shape {tuple(np.shape(want))} for these arguments; fwd "
+                    "must return (the function's output, residuals), so the output's gradient reaches bwd "
+                    "with the right shape")
+        self._fwd_checked.add(key)
 
     def _plain(self, args):
         return self.fun(*args)

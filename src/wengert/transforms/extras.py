@@ -1,4 +1,4 @@
-"""autograd's conveniences: ``elementwise_grad`` and ``checkpoint``."""
+"""autograd's conveniences: ``elementwise_grad`` and ``checkpoint``; and ``stop_gradient``."""
 from __future__ import annotations
 
 import functools
@@ -6,7 +6,8 @@ import functools
 import numpy as np
 
 from ..core import tree
-from ..core.trace import unbox
+from ..core.trace import Tracer, unbox
+from ..primitives.elementwise import stop_gradient as _stop_gradient
 from .custom import custom_vjp
 from .reverse import _normalize_argnums, vjp
 
@@ -34,6 +35,17 @@ def elementwise_grad(f, argnum=0):
         return grads if many else grads[0]
 
     return elementwise_grad_f
+
+
+def stop_gradient(x):
+    """``x``'s value (any pytree) with a zero derivative, under every transform (JAX's).
+
+    The explicit spelling of a deliberate conversion: ``float(wg.stop_gradient(loss))`` logs a
+    value without the ``GradientDroppedWarning`` that ``float(loss)`` gives, and
+    ``scale = wg.stop_gradient(wnp.max(x))`` keeps the scale out of the gradient on purpose.
+    Inside ``vmap`` the batch is kept.
+    """
+    return tree.map(lambda leaf: _stop_gradient(leaf) if type(leaf) is Tracer else leaf, x)
 
 
 def _is_float(leaf):

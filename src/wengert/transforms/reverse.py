@@ -73,7 +73,14 @@ def _normalize_argnums(argnums, nargs, f):
                 f"argnums={argnums!r} but {getattr(f, '__name__', 'f')} was called with "
                 f"{nargs} positional argument(s)"
             )
-    return tuple(a % nargs for a in nums), many
+    nums = tuple(a % nargs for a in nums)
+    for k, a in enumerate(nums):
+        if a in nums[:k]:
+            name = _argnames(f, a + 1)[a]
+            raise ValueError(
+                f"argnums={argnums!r} names argument {a}{f' ({name})' if name else ''} twice; list each "
+                "argument once (the gradient with respect to it comes back once)")
+    return nums, many
 
 
 class _Recording:
