@@ -1,8 +1,8 @@
 """Transforms in several threads at once give the single-threaded results.
 
 The nesting level of a transform must be per thread: with a module-level counter, a trace closed
-by another thread lets a nested transform here reuse its outer trace's level, and the inner
-gradient comes back as 0 (issue 14). Marked xfail until the interpreter stack is per thread.
+by another thread let a nested transform here reuse its outer trace's level, and the inner
+gradient came back as 0 (issue 14). Each thread has its own interpreter stack (core/trace.py).
 """
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ import sys
 import threading
 
 import numpy as np
-import pytest
-
 import wengert as wg
 import wengert.numpy as wnp
 
-PER_THREAD = pytest.mark.xfail(strict=True, reason="transform levels are not per thread yet (issue 14, item 1)")
-
-
-@PER_THREAD
 def test_a_nested_gradient_is_right_when_another_thread_closes_its_trace_in_between():
     b_open, a_open, b_done = (threading.Event() for _ in range(3))
     results = {}
@@ -90,7 +84,6 @@ def _interleaved(wait):
             lambda: wg.grad(vmap_inside_grad)(2.0)]
 
 
-@PER_THREAD
 def test_transforms_in_several_threads_match_single_threaded_results():
     expected = [run() for run in _interleaved(lambda k, stage: None)]
     assert all(np.all(e != 0) for e in expected)

@@ -42,7 +42,7 @@ def differentiated(x):
     """Is ``x`` traced by an open transform that differentiates it (a tape or a forward level)?"""
     while type(x) is Tracer:
         trace = x._trace
-        if trace.alive and not trace.batched:
+        if trace.alive and not trace.hidden_axes:
             return True
         x = x.value
     return False

@@ -257,7 +257,7 @@ class _Custom:
         blame ``bwd``. The function runs once on the plain values per argument signature."""
         for leaf in leaves:
             while type(leaf) is Tracer:
-                if leaf._trace.batched:
+                if leaf._trace.hidden_axes:
                     return   # the batch rule made a custom function of the whole batch, checked itself
                 leaf = leaf.value
         key = (in_def, tuple((shape_of(x), str(dtype_of(x))) for x in leaves), _key_of(nondiff))
