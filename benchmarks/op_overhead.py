@@ -347,6 +347,7 @@ NOT_MEASURED = {
     "scipy.linalg.expm": "scipy face, rule is a block expm",
     "scipy.signal.convolve": "scipy face (a correlation per operand)",
     "scipy.integrate.odeint": "an ODE solve per call (benchmarks/odeint.py measures it)",
+    "stop_gradient": "records nothing: it returns its argument's value without the level",
 }
 
 
