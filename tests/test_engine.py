@@ -125,8 +125,15 @@ def test_inputs_that_receive_nothing_get_zeros_of_their_shape_and_dtype():
     np.testing.assert_allclose(gx, 2 * x)
     for g, like in ((gy, y), (gz, z)):
         assert type(g) is np.ndarray and g.shape == like.shape and g.dtype == like.dtype
-        assert not g.any() and g.flags.writeable
+        assert not g.any()
     assert gw == 0.0 and isinstance(gw, float)
+    # the zeros of an array that received nothing are one broadcast zero, no memory written;
+    # they add to parameters, and writing into them is refused rather than aliasing anything
+    assert gy.strides == (0, 0) and not gy.flags.writeable
+    updated = y - 0.1 * gy
+    np.testing.assert_array_equal(updated, y)
+    with pytest.raises(ValueError, match="read-only"):
+        gy += 1
 
 
 # --- accumulation ---------------------------------------------------------------------------------------
