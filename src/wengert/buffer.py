@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .core.mutation import InPlaceWriteError
-from .core.trace import Tracer, unbox
+from .core.trace import Tracer, make_tracer, unbox
 from .numpy._methods import _clean_index
 from .primitives import elementwise as E
 from .primitives.scatter import buffer_snapshot, has_duplicates, index_add, scatter_multiply, scatter_set
@@ -132,9 +132,8 @@ class Buffer:
             parents.append((0, self._base.index))
         parents.extend((k + 1, tape_index) for k, tape_index in enumerate(self._parents))
         params = {"writes": self._writes, "shape": self._data.shape, "base_traced": base_traced}
-        trace.tape.append((buffer_snapshot, (), None, params, tuple(parents)))
-        value = self._data if final else self._data.copy()
-        self._base = Tracer(value, trace, len(trace.tape) - 1)
+        index = trace.record(buffer_snapshot, (), None, params, tuple(parents))
+        self._base = make_tracer(self._data if final else self._data.copy(), trace, index)
         self._writes, self._parents = [], []
         return self._base
 

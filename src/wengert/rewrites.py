@@ -43,7 +43,7 @@ import numpy as np
 
 from .config import config
 from .core.mutation import root
-from .core.trace import Tracer
+from .core.trace import ANS, ARGS, PARAMS, PARENTS, PRIM, Tracer
 from .primitives import elementwise as E
 from .primitives import nn as P
 from .primitives import reductions as R
@@ -80,7 +80,7 @@ def _fresh(trace, value, since):
 
 
 def _parent(entry, position):
-    for p, index in entry[4]:
+    for p, index in entry[PARENTS]:
         if p == position:
             return index
     return None
@@ -99,23 +99,23 @@ def _shape(x):
 def _exp_input(trace, index):
     """The tracer that ``exp`` was applied to at tape ``index``, or None."""
     entry = _entry(trace, index)
-    if entry is None or entry[0] is not E.exp:
+    if entry is None or entry[PRIM] is not E.exp:
         return None
-    value = _fresh(trace, entry[1][0], index)
+    value = _fresh(trace, entry[ARGS][0], index)
     if value is None:
         return None
-    return Tracer(value, trace, entry[4][0][1])
+    return Tracer(value, trace, entry[PARENTS][0][1])
 
 
 def _unshift(trace, z, axis):
     """``x`` when ``z = x - m`` with ``m`` constant along ``axis`` (softmax is unchanged by the shift)."""
     entry = _entry(trace, z.index)
-    if entry is None or entry[0] is not E.subtract:
+    if entry is None or entry[PRIM] is not E.subtract:
         return z
     x_index = _parent(entry, 0)
     if x_index is None:
         return z
-    x, m = entry[1]
+    x, m = entry[ARGS]
     x = _fresh(trace, x, z.index)
     if x is None or _shape(x) != _shape(z):
         return z
@@ -133,12 +133,12 @@ def _denominator_sum(trace, index, e_index):
         entry = _entry(trace, index)
         if entry is None:
             return False
-        prim = entry[0]
+        prim = entry[PRIM]
         if prim is R.sum_:
             if not _same_exp(trace, _parent(entry, 0), e_index):
                 return False
-            return entry[3].get("axis")
-        if prim is S.reshape or (prim is S.getitem and _only_new_axes(entry[3].get("index"))):
+            return entry[PARAMS].get("axis")
+        if prim is S.reshape or (prim is S.getitem and _only_new_axes(entry[PARAMS].get("index"))):
             index = _parent(entry, 0)
             if index is None:
                 return False
@@ -152,8 +152,8 @@ def _same_exp(trace, i, j):
     if i == j:
         return True
     a, b = _entry(trace, i), _entry(trace, j)
-    return (a is not None and b is not None and a[0] is E.exp and b[0] is E.exp
-            and a[4][0][1] == b[4][0][1])
+    return (a is not None and b is not None and a[PRIM] is E.exp and b[PRIM] is E.exp
+            and a[PARENTS][0][1] == b[PARENTS][0][1])
 
 
 def _only_new_axes(index):
@@ -173,28 +173,28 @@ def softmax_input(trace, index):
     entry = _entry(trace, index)
     if entry is None:
         return None
-    prim = entry[0]
+    prim = entry[PRIM]
     if prim is P.softmax:
-        x = _fresh(trace, entry[1][0], index)
+        x = _fresh(trace, entry[ARGS][0], index)
         if x is None:
             return None
-        axis = entry[3].get("axis")
-        return Tracer(x, trace, entry[4][0][1]), axis, None, None
-    if len(entry[4]) != 2:
+        axis = entry[PARAMS].get("axis")
+        return Tracer(x, trace, entry[PARENTS][0][1]), axis, None, None
+    if len(entry[PARENTS]) != 2:
         return None
     if prim is E.divide:                      # e / s
         e_index, s_index = _parent(entry, 0), _parent(entry, 1)
-        denominator = s = entry[1][1]
+        denominator = s = entry[ARGS][1]
     elif prim is E.multiply:                  # e * (1 / s), (1 / s) * e: the seed-002 form
         for position in (0, 1):
             r = _entry(trace, _parent(entry, 1 - position))
-            if r is not None and r[0] is E.divide and len(r[4]) == 1 and _parent(r, 1) is not None \
-                    and _is_one(r[1][0]):
-                e_index, s_index, denominator = _parent(entry, position), _parent(r, 1), r[1][1]
+            if r is not None and r[PRIM] is E.divide and len(r[PARENTS]) == 1 and _parent(r, 1) is not None \
+                    and _is_one(r[ARGS][0]):
+                e_index, s_index, denominator = _parent(entry, position), _parent(r, 1), r[ARGS][1]
                 s = denominator
                 break
-            if r is not None and r[0] is E.reciprocal:
-                e_index, s_index, denominator = _parent(entry, position), r[4][0][1], entry[1][1 - position]
+            if r is not None and r[PRIM] is E.reciprocal:
+                e_index, s_index, denominator = _parent(entry, position), r[PARENTS][0][1], entry[ARGS][1 - position]
                 s = None
                 break
         else:
@@ -222,33 +222,33 @@ def sigmoid_input(trace, index):
     entry = _entry(trace, index)
     if entry is None:
         return None
-    prim = entry[0]
+    prim = entry[PRIM]
     if prim is P.sigmoid:
-        x = _fresh(trace, entry[1][0], index)
-        return None if x is None else (Tracer(x, trace, entry[4][0][1]), 1)
+        x = _fresh(trace, entry[ARGS][0], index)
+        return None if x is None else (Tracer(x, trace, entry[PARENTS][0][1]), 1)
     # 1 / A, reciprocal(A), A ** -1 with A = 1 + exp(n): sigmoid(-n)
-    if prim is E.divide and len(entry[4]) == 1 and _parent(entry, 1) is not None and _is_one(entry[1][0]):
+    if prim is E.divide and len(entry[PARENTS]) == 1 and _parent(entry, 1) is not None and _is_one(entry[ARGS][0]):
         a_index = _parent(entry, 1)
     elif prim is E.reciprocal:
-        a_index = entry[4][0][1]
-    elif prim is E.power and len(entry[4]) == 1 and _parent(entry, 0) is not None and _is_one(entry[1][1], -1):
+        a_index = entry[PARENTS][0][1]
+    elif prim is E.power and len(entry[PARENTS]) == 1 and _parent(entry, 0) is not None and _is_one(entry[ARGS][1], -1):
         a_index = _parent(entry, 0)
     else:
         return None
     a = _entry(trace, a_index)
-    if a is None or a[0] is not E.add or len(a[4]) != 1:
+    if a is None or a[PRIM] is not E.add or len(a[PARENTS]) != 1:
         return None
-    position, e_index = a[4][0]
-    if not _is_one(a[1][1 - position]):
+    position, e_index = a[PARENTS][0]
+    if not _is_one(a[ARGS][1 - position]):
         return None
     n = _exp_input(trace, e_index)
     if n is None:
         return None
     # n = -x (the usual form): recover x, so the fused op sits on x itself
     n_entry = _entry(trace, n.index)
-    if n_entry is not None and n_entry[0] is E.negative and n_entry[4]:
+    if n_entry is not None and n_entry[PRIM] is E.negative and n_entry[PARENTS]:
         plain = n.value
-        return Tracer(-plain, trace, n_entry[4][0][1]), 1
+        return Tracer(-plain, trace, n_entry[PARENTS][0][1]), 1
     return n, -1
 
 
@@ -283,7 +283,7 @@ def rewrite_log(a):
     entry = _entry(trace, index)
     if entry is None:
         return None
-    prim = entry[0]
+    prim = entry[PRIM]
     if prim is E.divide or prim is P.softmax or prim is E.multiply:
         found = softmax_input(trace, index)
         if found is not None:
@@ -300,11 +300,11 @@ def rewrite_log(a):
         found = softmax_input(trace, parent) if parent is not None else None
         if found is None:
             return None
-        return S.getitem(_log_of_softmax(found, _entry(trace, parent)[2]), **entry[3])
+        return S.getitem(_log_of_softmax(found, _entry(trace, parent)[ANS]), **entry[PARAMS])
     if prim is P.sigmoid or prim is E.reciprocal or prim is E.power:
         found = sigmoid_input(trace, index)
         return None if found is None else _log_of_sigmoid(*found)
-    if prim is E.subtract and len(entry[4]) == 1 and _parent(entry, 1) is not None and _is_one(entry[1][0]):
+    if prim is E.subtract and len(entry[PARENTS]) == 1 and _parent(entry, 1) is not None and _is_one(entry[ARGS][0]):
         found = sigmoid_input(trace, _parent(entry, 1))       # log(1 - sigmoid(s t)) = log sigmoid(-s t)
         if found is not None:
             t, sign = found
@@ -314,23 +314,23 @@ def rewrite_log(a):
 
 def _log_of_sum(trace, entry):
     """log(sum(exp(x))) -> logsumexp(x); log(sum(b * exp(x))) -> logsumexp(x, b=b)."""
-    params = entry[3]
+    params = entry[PARAMS]
     axis, keepdims = params.get("axis"), params.get("keepdims", False)
     if axis is not None:
         axis = tuple(axis)
-    child = entry[4][0][1]
+    child = entry[PARENTS][0][1]
     x = _exp_input(trace, child)
     if x is not None:
         return P.logsumexp(x, axis=axis, keepdims=keepdims)
     product = _entry(trace, child)
-    if product is None or product[0] is not E.multiply:
+    if product is None or product[PRIM] is not E.multiply:
         return None
     for position in (0, 1):
         e_index = _parent(product, position)
         x = _exp_input(trace, e_index) if e_index is not None else None
         if x is None:
             continue
-        b = product[1][1 - position]
+        b = product[ARGS][1 - position]
         b_index = _parent(product, 1 - position)
         b = _fresh(trace, b, child)
         if b is None:

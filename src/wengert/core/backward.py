@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .trace import Tracer, _Select
+from .trace import OBSERVER, Tracer, _Select
 
 
 def indexed_cotangent(index, g, shape, dtype):
@@ -111,7 +111,15 @@ def backward(tape, seeds, keep_tape=False):
 
     Returns the list of cotangents, indexed like the tape; only inputs' entries are left filled.
     Unless ``keep_tape``, nodes are dropped as they are used, so memory is released during the pass.
+    An engine observer (the profiler) sees the pass through its ``backward`` hook.
     """
+    observer = OBSERVER[0]
+    if observer is not None:
+        return observer.backward(tape, lambda: _backward(tape, seeds, keep_tape))
+    return _backward(tape, seeds, keep_tape)
+
+
+def _backward(tape, seeds, keep_tape):
     n = len(tape)
     cts = [None] * n
     owned = bytearray(n)

@@ -127,8 +127,7 @@ def write_in_place(x, index, value, write_prim):
     if type(value) is Tracer and value._trace is trace:
         parents.append((1, value.index))
     shape = np.shape(plain_value)
-    trace.tape.append((write_prim, [None, None], None, {"index": index, "value_shape": shape},
-                       tuple(parents)))
-    x.index = len(trace.tape) - 1
+    x.index = trace.record(write_prim, [None, None], None, {"index": index, "value_shape": shape},
+                           tuple(parents))
     trace.written[id(memory)] = x.index
     trace.scanned = len(trace.tape)

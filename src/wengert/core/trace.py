@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dis
 import gc
+import sys
 import threading
 from typing import NamedTuple
 
@@ -60,6 +61,9 @@ def close_level(trace):
 
     From now on bind refuses its tracers (``LeakedTracerError``) instead of recording them.
     """
+    observer = OBSERVER[0]
+    if observer is not None and type(trace) is ReverseTrace:
+        observer.closed(trace, sys._getframe(1))
     trace.alive = False
     trace.guard = _refuse_leaked
     stack = trace.stack
@@ -183,24 +187,47 @@ def collector_paused():
         gc.enable()
 
 
+class Observer:
+    """A tool that watches the engine (the profiler, ``wengert.profiling``); set it with
+    ``OBSERVER[0] = observer`` and remove it with None. Core calls these hooks while one is set;
+    otherwise each costs one ``is None`` test per transform (none per operation).
+    """
+
+    def opened(self, trace, frame):
+        """A reverse level was opened (``frame``: the function that opened it); the observer may
+        give it a tape of its own (a list subclass that watches appends)."""
+
+    def closed(self, trace, frame):
+        """A reverse level is about to close (its forward pass is over)."""
+
+    def backward(self, tape, run):
+        """A backward pass over ``tape``: return ``run()``, the cotangents (timing it, say)."""
+        return run()
+
+
+OBSERVER = [None]
+
+
 def new_trace():
     """Open a reverse-mode level on this thread's interpreter stack."""
-    return open_level(ReverseTrace())
+    trace = open_level(ReverseTrace())
+    observer = OBSERVER[0]
+    if observer is not None:
+        observer.opened(trace, sys._getframe(1))
+    return trace
 
 
 def _refuse_leaked(trace, args, prim):
     raise LeakedTracerError(prim.name)
 
 
-close_trace = close_level
+close_trace = close_level   # the name reverse mode uses
 
 
 def new_input(value, trace):
     """Wrap ``value`` as an input of ``trace`` (a tape entry with no primitive)."""
-    tape = trace.tape
-    tape.append(INPUT)
     trace.inputs.append(value)
-    return make_tracer(value, trace, len(tape) - 1)
+    return make_tracer(value, trace, trace.record(*INPUT))
 
 
 def unbox(x):
@@ -474,9 +501,6 @@ select.batched_vjp = True   # it only routes the cotangent
 
 
 def _select_outputs(ans, trace, index):
-    tape = trace.tape
-    outs = []
-    for k, value in enumerate(ans):
-        tape.append((select, (None,), None, {"position": k, "count": len(ans)}, ((0, index),)))
-        outs.append(make_tracer(value, trace, len(tape) - 1))
-    return tuple(outs)
+    return tuple(make_tracer(value, trace, trace.record(select, (None,), None, {"position": k, "count": len(ans)},
+                                                        ((0, index),)))
+                 for k, value in enumerate(ans))

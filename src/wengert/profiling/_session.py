@@ -1,20 +1,20 @@
 """The profiler's instrumentation: installed for the profiled period only, removed on exit.
 
-Nothing here runs unless a profile is being taken. ``Session`` swaps a few module-level functions
-of the engine for instrumented versions and puts the originals back when it closes:
+Nothing here runs unless a profile is being taken. ``Session`` is the engine's observer
+(``core.trace.Observer``, registered in ``OBSERVER`` while the session is open): the engine calls
+its hooks when a reverse level opens and closes (the traced forward pass begins and ends) and
+around each backward pass; a few clock reads per gradient call.
 
-* always, while the session is open (cheap: a few clock reads per gradient call):
-  ``new_trace`` / ``close_trace`` (the traced forward pass begins and ends) and ``backward``;
-* for a *detailed* call only: ``bind`` (every recorded operation: its time, its source line, its
-  output), the primitives' ``impl`` (array-kernel time), ``accumulate`` (cotangent accumulation:
-  time and the arrays it allocates), the functions that append tape entries outside ``bind``
-  (Buffer snapshots, in-place writes), and, during the backward pass, the tape's ``__getitem__``
-  (the reverse loop reads ``tape[i]`` once per entry it processes, so the time between two reads
-  is the backward time of one entry).
-
-Every module of the package that imported one of these functions by name (``numpy/_methods.py``
-imports ``bind``) is patched too: the session looks for the original function object in every
-loaded ``wengert`` module. Profiling is not thread-safe: profile one thread at a time.
+For a *detailed* call only, the session also swaps instrumented versions in for ``bind`` (every
+recorded operation: its time, its source line, its output), the primitives' ``impl`` (array-kernel
+time), ``accumulate`` (cotangent accumulation: time and the arrays it allocates), the functions
+that append tape entries outside ``bind`` (Buffer snapshots, in-place writes), and, during the
+backward pass, the tape's ``__getitem__`` (the reverse loop reads ``tape[i]`` once per entry it
+processes, so the time between two reads is the backward time of one entry). Every module of the
+package that imported one of these functions by name (``numpy/_methods.py`` imports ``bind``) is
+patched too, and everything is put back when the call's backward pass ends. (These per-operation
+measurements have no engine hook yet: one on bind's hot path would cost every operation.)
+Profiling is not thread-safe: profile one thread at a time.
 """
 from __future__ import annotations
 
@@ -416,7 +416,7 @@ def _user_frame(frame):
     return f
 
 
-class Session:
+class Session(_trace_mod.Observer):
     """Open with ``with Session(policy) as s``; ``policy(site) -> bool`` says whether a new call is
     detailed. ``s.calls`` lists the CallLogs. ``on_call(call, frame)`` (optional) runs before a call's
     trace is opened (the CLI times the plain forward pass there)."""
@@ -427,7 +427,6 @@ class Session:
         self.calibration = None         # fixed costs of one operation on tiny arrays (see _calibrate)
         self.on_call = on_call
         self.calls = []
-        self._light = []
         self._heavy = []
         self._wrapped_impls = {}
         self.pending = None             # detailed call whose heavy patches are still installed
@@ -438,15 +437,10 @@ class Session:
     def __enter__(self):
         if STATE.session is not None:
             raise RuntimeError("wengert.profile is already running (profiles do not nest)")
+        if _trace_mod.OBSERVER[0] is not None:
+            raise RuntimeError("another observer of the engine is installed")
         STATE.session = self
-        self._orig_new_trace = _trace_mod.new_trace
-        self._orig_close_trace = _trace_mod.close_trace
-        self._orig_backward = _backward_mod.backward
-        self._light = _patch_everywhere({
-            self._orig_new_trace: self._new_trace,
-            self._orig_close_trace: self._close_trace,
-            self._orig_backward: self._backward,
-        })
+        _trace_mod.OBSERVER[0] = self   # the engine calls opened, closed and backward (the hooks below)
         if self.calibrate:
             try:
                 self.calibration = self._calibrate()
@@ -493,8 +487,7 @@ class Session:
         try:
             self._finish_pending()
         finally:
-            _unpatch(self._light)
-            self._light = []
+            _trace_mod.OBSERVER[0] = None
             STATE.__init__()
         return False
 
@@ -539,13 +532,12 @@ class Session:
             self.pending = None
             self._uninstall_heavy()
 
-    # --- the light patches ---------------------------------------------------------------------
-    def _new_trace(self, *args, **kwargs):
+    # --- the engine's hooks (core.trace.Observer) -------------------------------------------------
+    def opened(self, trace, frame):
         st = STATE
         if st.current is not None or st.bwd is not None or self.paused:
-            return self._orig_new_trace(*args, **kwargs)
+            return
         self._finish_pending()
-        frame = sys._getframe(1)
         caller = _user_frame(frame)         # the user's frame that asked for the gradient
         site = None if caller is None else (caller.f_code.co_filename, caller.f_lineno, func_name(caller.f_code))
         detail = bool(self.policy(site))
@@ -557,7 +549,6 @@ class Session:
         if detail:
             self._install_heavy()
             self.pending = call
-        trace = self._orig_new_trace(*args, **kwargs)
         tape = _RecordingTape() if detail else _Tape()
         tape.call = call
         trace.tape = tape
@@ -570,9 +561,8 @@ class Session:
         call.t0 = perf_counter()
         if detail:
             call.log.last_exit = call.t0
-        return trace
 
-    def _close_trace(self, trace, *args, **kwargs):
+    def closed(self, trace, frame):
         st = STATE
         call = st.current
         tape = trace.tape
@@ -584,18 +574,17 @@ class Session:
                 log.tail = t - log.last_exit
                 st.tape = None
                 tape.__class__ = _Tape
-                log.close(tape, trace.inputs, sys._getframe(1))
+                log.close(tape, trace.inputs, frame)
                 log.kernel_total = st.kernel
             st.current = None
             st.tape = None
             st.inputs = None
-        return self._orig_close_trace(trace, *args, **kwargs)
 
-    def _backward(self, tape, *args, **kwargs):
+    def backward(self, tape, run):
         call = tape.call if isinstance(tape, _Tape) else None
         st = STATE
         if call is None or st.bwd is not None:
-            return self._orig_backward(tape, *args, **kwargs)
+            return run()
         if call.detail and self.pending is call:
             log = call.log
             log.start_backward(tape)
@@ -605,7 +594,7 @@ class Session:
             tape.__class__ = _TimedTape
             t0 = st.t = perf_counter()
             try:
-                cts = self._orig_backward(tape, *args, **kwargs)
+                cts = run()
             finally:
                 t1 = perf_counter()
                 log.bwd[st.cur] += t1 - st.t
@@ -616,7 +605,7 @@ class Session:
                 self._uninstall_heavy()
         else:
             t0 = perf_counter()
-            cts = self._orig_backward(tape, *args, **kwargs)
+            cts = run()
             t1 = perf_counter()
         call.t_bwd += t1 - t0
         if call.t_bwd_first is None:
