@@ -1,4 +1,4 @@
-"""wengert: reverse-mode automatic differentiation of ordinary NumPy code.
+"""wengert: automatic differentiation of ordinary NumPy code: reverse and forward mode, vmap.
 
     import wengert as wg
     import wengert.numpy as wnp

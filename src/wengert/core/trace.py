@@ -1,11 +1,13 @@
-"""The forward half of the engine: traces, tracers, nodes and primitives.
+"""The forward half of the engine: the interpreter stack, traces, tracers and primitives.
 
-A transform (``grad``, ``vjp``, ...) opens a :class:`Trace`, a Wengert list of tape entries at
-one nesting level. Every value it differentiates is wrapped in a :class:`Tracer` that points at that
-trace. Calling a :class:`Primitive` on tracers unwraps the innermost level, computes, records one
-node on that level's tape and wraps the answer again. Because a tracer's value may itself be a
-tracer of an outer trace, ``grad(grad(f))`` needs no special case, and perturbations of different
-levels never mix.
+A transform opens a level on this thread's interpreter stack: a :class:`Trace`. Reverse mode's
+level (:class:`ReverseTrace`) records a tape, a Wengert list of entries; forward mode's and
+vmap's levels compute instead (``computes``: they live in transforms/, above this file). Every
+value a transform follows is wrapped in a :class:`Tracer` of its level. Calling a
+:class:`Primitive` on tracers unwraps the innermost level and either records one entry on its tape
+or hands the operation to it, then wraps the answer again. Because a tracer's value may itself be a
+tracer of an outer level, ``grad(grad(f))`` or ``vmap(grad(f))`` need no special case, and
+perturbations of different levels never mix.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""check_grads: compare reverse-mode derivatives with central finite differences in float64."""
+"""check_grads: compare derivatives (reverse mode, and forward mode on request) with central finite
+differences in float64."""
 from __future__ import annotations
 
 import numpy as np

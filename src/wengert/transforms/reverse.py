@@ -1,4 +1,4 @@
-"""Reverse-mode transforms: vjp, grad, value_and_grad, jacobian, hessian.
+"""Reverse-mode transforms: vjp, grad, value_and_grad, jacobian (hessian is in forward.py).
 
 All of them are the same three steps: open a trace and wrap the chosen arguments' leaves as its
 inputs; run the function; walk the tape backward from the outputs' cotangents.
