@@ -49,6 +49,7 @@ import wengert.numpy as wnp  # noqa: E402
 import wengert.numpy.fft  # noqa: E402,F401  (registers the FFT primitives)
 import wengert.numpy.linalg  # noqa: E402,F401
 from wengert.core import tree  # noqa: E402
+from wengert.primitives._batching import elementwise_rule  # noqa: E402
 from wengert.primitives._table import PRIMITIVES  # noqa: E402
 
 try:  # the scipy face is optional
@@ -136,7 +137,9 @@ def _elementwise_cases():
     seen = set()
     for name, prim in PRIMITIVES.items():
         impl = prim.impl
-        ufunc_like = isinstance(impl, np.ufunc) or prim.batch is not None and prim.batch.__name__ == "batch_elementwise"
+        # ufuncs and the elementwise functions declared like them (defunary, scipy.special's binary
+        # ones); clip and power have cases of their own
+        ufunc_like = isinstance(impl, np.ufunc) or prim.batch is elementwise_rule and name not in ("clip", "power")
         if not ufunc_like or name in seen or name in ("where",) or prim.vjp is None:
             continue
         nin = len(prim.vjp)

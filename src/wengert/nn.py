@@ -59,7 +59,7 @@ def _axes(axis, ndim, name):
 
 def _every_axis(axes, x):
     """``axes``, with None spelled out as every axis of ``x``: vmap's rule for softmax and
-    log_softmax (batching.axis_rule, which has a fused form for nested vmaps) shifts a tuple past
+    log_softmax (primitives/_batching.axis_rule, for any number of batch axes) shifts a tuple past
     the batch axis but runs ``axis=None`` once per example."""
     return tuple(range(_ndim(x))) if axes is None else axes
 

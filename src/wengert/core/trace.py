@@ -297,7 +297,7 @@ class Primitive:
                  "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp", "rewrite")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None,
-                 fused_jvp=None, linear=False):
+                 fused_jvp=None, linear=False, owned_vjp=None, batched_vjp=False):
         self.name = name
         self.impl = impl
         self.vjp = vjp
@@ -307,10 +307,10 @@ class Primitive:
         self.linear = linear          # or linear in its arrays: the JVP is the primitive of the tangents
         self.batch = batch
         self.multiple_results = multiple_results
-        self.owned_vjp = None  # optional fused_vjp that may reuse ``g`` when the backward pass owns it
+        self.owned_vjp = owned_vjp  # optional fused_vjp that may reuse ``g`` when the backward pass owns it
         self.rewrite = None    # hook: rewrite(*args, **params) on traced arguments, before anything is
         # recorded, returns a replacement result or None (rewrites.py's log of a known composition)
-        self.batched_vjp = False  # are its VJP rules right on values that carry vmap's batch axes? (a
+        self.batched_vjp = batched_vjp  # are its VJP rules right on values that carry vmap's batch axes? (a
         # tape inside vmap records it instead of vmap running the function once per example)
         self.keep_ans, self.keep_args, self.value_args = _what_rules_keep(vjp)
 
@@ -498,8 +498,8 @@ def _select_vjp(g, ans, whole, position, count):
     return _Select(position, count, g)
 
 
-select = Primitive("select", lambda whole, position, count: whole[position], vjp=(_select_vjp,))
-select.batched_vjp = True   # it only routes the cotangent
+select = Primitive("select", lambda whole, position, count: whole[position], vjp=(_select_vjp,),
+                   batched_vjp=True)   # it only routes the cotangent
 
 
 def _select_outputs(ans, trace, index):

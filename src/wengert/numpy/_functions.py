@@ -251,7 +251,7 @@ def matmul(a, b, /, out=None, **kwargs):
 @traceable(np.tensordot)
 def tensordot(a, b, axes=2):
     a, b = _as_traced_operand(a), _as_traced_operand(b)
-    axes_a, axes_b = C._tensordot_axes(axes, _ndim(a), _ndim(b))
+    axes_a, axes_b = C.tensordot_axes(axes, _ndim(a), _ndim(b))
     return C.tensordot(a, b, axes=(tuple(axes_a), tuple(axes_b)))
 
 

@@ -19,6 +19,7 @@ from ..core.trace import Tracer, bind, make_tracer, unbox
 from ..primitives import elementwise as E
 from ..primitives import shape as S
 from ..primitives.scatter import write
+from ..primitives._batching import concrete
 from ..primitives._table import nondiff, unbox_all
 from ._conversions import array_refusal, check_number
 
@@ -163,45 +164,40 @@ def _shape(self):
     return shape[self._trace.hidden_axes:]  # at a vmap level: one example's shape
 
 
-def _concrete(self):
-    from ..transforms.batching import concrete
-    return concrete(self)
-
-
 # Python numbers from traced values (the rule: numpy/_conversions.py). Each is called by Python or
 # NumPy directly, so the code that asked for the number is two frames up from check_number.
 def _float(self):
-    value = _concrete(self)
+    value = concrete(self)
     check_number(self, "float", 1)
     return float(value)
 
 
 def _complex(self):
-    value = _concrete(self)
+    value = concrete(self)
     check_number(self, "complex", 1)
     return complex(value)
 
 
 def _int(self):
-    value = _concrete(self)
+    value = concrete(self)
     check_number(self, "int", 1)
     return int(value)
 
 
 def _item(self, *args):
-    value = _concrete(self)
+    value = concrete(self)
     check_number(self, "item", 1)
     return value.item(*args) if hasattr(value, "item") else value
 
 
 def _tolist(self):
-    value = _concrete(self)
+    value = concrete(self)
     check_number(self, "tolist", 1)
     return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _scalar(self):
-    value = _concrete(self)
+    value = concrete(self)
     return value[()] if type(value) is np.ndarray else value
 
 
@@ -271,7 +267,7 @@ def install(wnp):
     # for the gradient (copying the tracer's fields would copy its trace and cut the gradient off)
     T.__copy__ = lambda self: wnp.copy(self)
     T.__deepcopy__ = lambda self, memo: wnp.copy(self)
-    T.__bool__ = lambda self: bool(_concrete(self))
+    T.__bool__ = lambda self: bool(concrete(self))
     T.__repr__ = _repr
     T.__array__ = _array
     T.__array_ufunc__ = _array_ufunc

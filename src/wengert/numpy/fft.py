@@ -15,6 +15,7 @@ import numpy as _np
 from ..core.trace import Tracer as _Tracer
 from ..core.trace import unbox as _unbox
 from ..primitives import complex as _X
+from ..primitives._batching import batch_axis, ndim, one_batch_axis
 from ..primitives._table import defprim as _defprim
 from . import _functions as _F
 
@@ -64,17 +65,15 @@ def _c2c_vjp(g, ans, x, s, axes, norm, inverse):
 def _batch_axes(prim, vals, batched, params, size):
     """vmap: NumPy's FFTs take stacks, so the batched call is the same transform on the axes
     shifted past the batch axis (a primitive call, which an outer grad or jvp records)."""
-    from ..transforms.batching import _axis, _ndim
     (x,) = vals
     p = dict(params)
     key = "axes" if "axes" in p else "axis"
-    p[key] = _axis(p[key], _ndim(x) - 1)
+    p[key] = batch_axis(p[key], ndim(x) - 1)
     return prim(x, **p)
 
 
 _c2c = _defprim(_c2c_impl, _c2c_vjp, name="fft.c2c", linear=True,  # linear: the JVP is the FFT of the tangent
-                batch=_batch_axes)
-_c2c.batched_vjp = True
+                batch=one_batch_axis(_batch_axes), batched_vjp=True)
 
 
 def _rfft_impl(x, n, axis, norm):
@@ -86,8 +85,8 @@ def _rfft_vjp(g, ans, x, n, axis, norm):
     return _resize(_X.real(full), axis, x.shape[axis])
 
 
-_rfft = _defprim(_rfft_impl, _rfft_vjp, name="fft.rfft", linear=True, batch=_batch_axes)
-_rfft.batched_vjp = True
+_rfft = _defprim(_rfft_impl, _rfft_vjp, name="fft.rfft", linear=True, batch=one_batch_axis(_batch_axes),
+                 batched_vjp=True)
 
 
 def _irfft_impl(x, n, axis, norm):
@@ -107,8 +106,7 @@ def _irfft_vjp(g, ans, x, n, axis, norm):
 
 
 _irfft = _defprim(_irfft_impl, _irfft_vjp, name="fft.irfft", linear=True,  # real-linear in complex input
-                  batch=_batch_axes)
-_irfft.batched_vjp = True
+                  batch=one_batch_axis(_batch_axes), batched_vjp=True)
 
 
 # --- NumPy's functions ---------------------------------------------------------------------------

@@ -9,44 +9,51 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Primitive, Tracer, hiding_levels, unbox
+from ._batching import batch_elementwise
+from ._registry import PRIMITIVES
 
-PRIMITIVES = {}
 
+def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=False, batch=None, *,
+            fused_vjp=None, owned_vjp=None, fused_jvp=None, batched_vjp=False, keep_ans=None):
+    """Declare a primitive with every rule it has; nothing about it is set anywhere else.
 
-def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=False, batch=None):
-    """Declare a primitive. ``vjp`` and ``jvp`` are one rule (unary) or a tuple of rules, one per
-    argument. ``linear=True`` says the primitive is linear in its array arguments, so its JVP is
-    the primitive itself applied to the tangents (reshape, sum, getitem, ...). ``batch`` is its
-    vmap rule, ``batch(prim, vals, batched, params, size)`` with the batch on axis 0 of the values
-    flagged in ``batched`` (``batch_elementwise`` for elementwise functions)."""
+    Reverse mode: ``vjp``, one rule (unary) or a tuple of rules, one per argument,
+    ``rule(g, ans, *args, **params)``; or ``fused_vjp(g, ans, args, params, parents)`` for all
+    traced operands at once (many operands: concatenate, einsum), with ``owned_vjp``, a variant
+    that may reuse ``g`` when the backward pass owns it. Forward mode: ``jvp`` (one rule or a tuple,
+    ``rule(t, ans, *args, **params)``), ``fused_jvp(tangents, ans, args, params)``, or
+    ``linear=True`` (linear in its array arguments: the JVP is the primitive of the tangents).
+    vmap: ``batch(prim, vals, batched, params, trace)``, a rule from ``_batching.py`` (see there),
+    and ``batched_vjp=True`` where the VJP rules were checked on values that carry vmap's batch
+    axes (a tape inside vmap records them; otherwise vmap runs the function once per example).
+    ``keep_ans=True`` keeps the output for a ``fused_vjp`` that reads it (per-argument rules are
+    read for what they use).
+    """
     if vjp is not None and not isinstance(vjp, tuple):
         vjp = (vjp,)
     if jvp is not None and not isinstance(jvp, tuple):
         jvp = (jvp,)
     prim = Primitive(name or impl.__name__, impl, vjp=vjp, jvp=jvp, linear=linear, batch=batch,
-                     multiple_results=multiple_results)
+                     multiple_results=multiple_results, fused_vjp=fused_vjp, fused_jvp=fused_jvp,
+                     owned_vjp=owned_vjp, batched_vjp=batched_vjp)
+    if keep_ans is not None:
+        prim.keep_ans = keep_ans
+    if prim.name in PRIMITIVES:
+        raise ValueError(f"defprim: a primitive named {prim.name!r} is already declared; names are unique")
     PRIMITIVES[prim.name] = prim
     return prim
 
 
-def batch_elementwise(prim, vals, batched, params, size):
-    """vmap rule of an elementwise function: the batch axis leads, so ranks are aligned (a batched
-    operand of lower rank gets ones after its batch axis) and NumPy broadcasting does the rest."""
-    if len(vals) == 1:
-        return prim(vals[0], **params)
-    from ..transforms.batching import elementwise_rule
-    return elementwise_rule(prim, vals, batched, params, size)
-
-
-def defunary(impl, rule, name=None):
+def defunary(impl, rule, name=None, batch=batch_elementwise, batched_vjp=True):
     """An elementwise function of one array, ``rule(g, ans, x) = g * f'(x)``.
 
     Its Jacobian is diagonal, so ``J^T g`` and ``J t`` are the same product: the one rule serves
     as VJP and JVP. (Also for complex ``x`` when ``f`` is holomorphic, under JAX's convention:
     docs/complex.md. Non-holomorphic functions such as ``abs`` declare the two rules apart.)
-    Being elementwise, it is batched by ``batch_elementwise``.
+    Being elementwise, it is batched by ``batch_elementwise``, and its rule, an elementwise product
+    written with wengert operations, holds on batched values (``batched_vjp``).
     """
-    return defprim(impl, rule, name=name, jvp=rule, batch=batch_elementwise)
+    return defprim(impl, rule, name=name, jvp=rule, batch=batch, batched_vjp=batched_vjp)
 
 
 def unbox_all(x):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
+from ._batching import elementwise_rule, unary_rule
 from ._table import defprim, elementwise_constant
 
 
@@ -26,13 +27,15 @@ def _is_complex(x):
 
 # A real output's cotangent may carry a meaningless imaginary part (see real_part): dropped here,
 # before it could reach a complex value.
-real = defprim(np.real, lambda g, ans, x: real_part(g) + 0j, name="real", linear=True)
-imag = defprim(np.imag, lambda g, ans, x: -1j * real_part(g), name="imag", linear=True)
-conj = defprim(np.conjugate, lambda g, ans, x: conj(g), name="conjugate", linear=True)
+# Under vmap they act on each element alone, so the batch axes pass through (jacfwd applies them
+# to a batch of tangents).
+real = defprim(np.real, lambda g, ans, x: real_part(g) + 0j, name="real", linear=True, batch=unary_rule,
+               batched_vjp=True)
+imag = defprim(np.imag, lambda g, ans, x: -1j * real_part(g), name="imag", linear=True, batch=unary_rule,
+               batched_vjp=True)
+conj = defprim(np.conjugate, lambda g, ans, x: conj(g), name="conjugate", linear=True,
+               batch=elementwise_rule, batched_vjp=True)
 conjugate = conj
-# vmap: elementwise, so the batch axis passes through (np.real and np.imag are not ufuncs, which
-# vmap would recognize); jacfwd applies them to a batch of tangents
-real.batch = imag.batch = lambda prim, vals, batched, params, size: prim(vals[0])
 
 
 def _angle_impl(z):
@@ -49,8 +52,7 @@ def _angle_jvp(t, ans, z):
 
 # d angle = Im(conj(z) dz) / |z|^2 = Re(-i conj(z) dz) / |z|^2
 angle_ = defprim(_angle_impl, lambda g, ans, z: real_part(g) * -1j * conj(z) / real(z * conj(z)), name="angle",
-                 jvp=_angle_jvp)
-angle_.batch = real.batch
+                 jvp=_angle_jvp, batch=unary_rule, batched_vjp=True)
 
 
 def real_part(g):

@@ -14,6 +14,7 @@ import numpy as np
 import opt_einsum
 
 from ..core.trace import unbox
+from ._batching import dot_rule, einsum_rule, matmul_rule, outer_rule, tensordot_axes, tensordot_rule
 from ._table import defprim, unbroadcast
 from .reductions import sum_
 from .shape import broadcast_to, reshape, transpose
@@ -81,16 +82,8 @@ def _matmul_vjp_b(g, ans, a, b):
 
 # bilinear: the product rule, one contraction per traced operand
 matmul = defprim(_matmul, (_matmul_vjp_a, _matmul_vjp_b), name="matmul",
-                 jvp=(lambda t, ans, a, b: matmul(t, b), lambda t, ans, a, b: matmul(a, t)))
-
-
-def _tensordot_axes(axes, a_ndim, b_ndim):
-    if isinstance(axes, (int, np.integer)):
-        return list(range(a_ndim - axes, a_ndim)), list(range(axes))
-    axes_a, axes_b = axes
-    axes_a = [axes_a] if isinstance(axes_a, (int, np.integer)) else list(axes_a)
-    axes_b = [axes_b] if isinstance(axes_b, (int, np.integer)) else list(axes_b)
-    return [x % a_ndim for x in axes_a], [x % b_ndim for x in axes_b]
+                 jvp=(lambda t, ans, a, b: matmul(t, b), lambda t, ans, a, b: matmul(a, t)),
+                 batch=matmul_rule, batched_vjp=True)
 
 
 def _tensordot(a, b, axes=2):
@@ -98,7 +91,7 @@ def _tensordot(a, b, axes=2):
 
 
 def _tensordot_vjp_a(g, ans, a, b, axes=2):
-    axes_a, axes_b = _tensordot_axes(axes, a.ndim, b.ndim)
+    axes_a, axes_b = tensordot_axes(axes, a.ndim, b.ndim)
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
     da = tensordot(g, b, axes=(list(range(len(free_a), g.ndim)), free_b))
@@ -108,7 +101,7 @@ def _tensordot_vjp_a(g, ans, a, b, axes=2):
 
 
 def _tensordot_vjp_b(g, ans, a, b, axes=2):
-    axes_a, axes_b = _tensordot_axes(axes, a.ndim, b.ndim)
+    axes_a, axes_b = tensordot_axes(axes, a.ndim, b.ndim)
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
     db = tensordot(a, g, axes=(free_a, list(range(len(free_a)))))
@@ -118,7 +111,8 @@ def _tensordot_vjp_b(g, ans, a, b, axes=2):
 
 tensordot = defprim(_tensordot, (_tensordot_vjp_a, _tensordot_vjp_b), name="tensordot",
                     jvp=(lambda t, ans, a, b, axes=2: tensordot(t, b, axes=axes),
-                         lambda t, ans, a, b, axes=2: tensordot(a, t, axes=axes)))
+                         lambda t, ans, a, b, axes=2: tensordot(a, t, axes=axes)),
+                    batch=tensordot_rule, batched_vjp=True)
 
 
 def _dot(a, b):
@@ -158,7 +152,7 @@ def _dot_vjp_b(g, ans, a, b):
 
 
 dot = defprim(_dot, (_dot_vjp_a, _dot_vjp_b), name="dot",
-              jvp=(lambda t, ans, a, b: dot(t, b), lambda t, ans, a, b: dot(a, t)))
+              jvp=(lambda t, ans, a, b: dot(t, b), lambda t, ans, a, b: dot(a, t)), batch=dot_rule, batched_vjp=True)
 
 
 def _outer(a, b):
@@ -174,7 +168,8 @@ def _outer_vjp_b(g, ans, a, b):
 
 
 outer = defprim(_outer, (_outer_vjp_a, _outer_vjp_b), name="outer",
-                jvp=(lambda t, ans, a, b: outer(t, b), lambda t, ans, a, b: outer(a, t)))
+                jvp=(lambda t, ans, a, b: outer(t, b), lambda t, ans, a, b: outer(a, t)),
+                batch=outer_rule, batched_vjp=True)
 
 
 # --- einsum --------------------------------------------------------------------------------------
@@ -274,9 +269,8 @@ def _einsum_fused_jvp(tangents, ans, operands, params):
     return total
 
 
-einsum = defprim(_einsum, (), name="einsum")
-einsum.fused_vjp = _einsum_fused_vjp
-einsum.fused_jvp = _einsum_fused_jvp
+einsum = defprim(_einsum, (), name="einsum",
+                 fused_vjp=_einsum_fused_vjp, fused_jvp=_einsum_fused_jvp, batch=einsum_rule, batched_vjp=True)
 
 
 def vdot(a, b):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import unbox
-from ._table import batch_elementwise, defprim, defunary, elementwise_constant, unbroadcast
+from ._batching import elementwise_rule
+from ._table import defprim, defunary, elementwise_constant, unbroadcast
 from . import complex as _complex
 
 LN2 = np.log(2.0)
@@ -103,23 +104,6 @@ def _power_slope(pow_, x, y):
     return y * pow_(x, y - 1)
 
 
-# --- arithmetic --------------------------------------------------------------------------------
-add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                       lambda g, ans, x, y: unbroadcast(g, y.shape)),
-              jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t))
-subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                                 lambda g, ans, x, y: unbroadcast(negative(g), y.shape)),
-                   jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: negative(t)))
-multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(g * y, x.shape),
-                                 lambda g, ans, x, y: unbroadcast(g * x, y.shape)),
-                   jvp=(lambda t, ans, x, y: t * y, lambda t, ans, x, y: t * x))
-divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
-                             lambda g, ans, x, y: unbroadcast(-g * ans / y, y.shape)))
-true_divide = divide
-negative = defprim(np.negative, lambda g, ans, x: negative(g), linear=True)
-positive = defprim(np.positive, lambda g, ans, x: g, jvp=lambda t, ans, x: t)
-
-
 def _divide_jvp(tangents, ans, args, params):
     """d(x/y) = (dx - ans dy) / y: one division for both shares."""
     (tx, ty), y = tangents, args[1]
@@ -129,7 +113,27 @@ def _divide_jvp(tangents, ans, args, params):
     return (tx - num if tx is not None else negative(num)) / y
 
 
-divide.fused_jvp = _divide_jvp
+# --- arithmetic --------------------------------------------------------------------------------
+add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
+                       lambda g, ans, x, y: unbroadcast(g, y.shape)),
+              jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t), batch=elementwise_rule, batched_vjp=True)
+subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x.shape),
+                                 lambda g, ans, x, y: unbroadcast(negative(g), y.shape)),
+                   jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: negative(t)),
+                   batch=elementwise_rule, batched_vjp=True)
+multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(g * y, x.shape),
+                                 lambda g, ans, x, y: unbroadcast(g * x, y.shape)),
+                   jvp=(lambda t, ans, x, y: t * y, lambda t, ans, x, y: t * x),
+                   batch=elementwise_rule, batched_vjp=True)
+divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
+                             lambda g, ans, x, y: unbroadcast(-g * ans / y, y.shape)),
+                 fused_jvp=_divide_jvp, batch=elementwise_rule, batched_vjp=True)
+true_divide = divide
+negative = defprim(np.negative, lambda g, ans, x: negative(g), linear=True, batch=elementwise_rule, batched_vjp=True)
+positive = defprim(np.positive, lambda g, ans, x: g, jvp=lambda t, ans, x: t,
+                   batch=elementwise_rule, batched_vjp=True)
+
+
 def _power(x, y):
     """``np.power``; ``x ** 2`` goes through ``np.square`` as NumPy's own operator does (5x faster)."""
     if (type(y) is int or type(y) is float) and y == 2:
@@ -139,11 +143,13 @@ def _power(x, y):
 
 power = defprim(_power, name="power", vjp=(lambda g, ans, x, y: unbroadcast(g * _power_slope(power, x, y), x.shape),
                            lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)),
-                jvp=(lambda t, ans, x, y: t * _power_slope(power, x, y), lambda t, ans, x, y: t * ans * _safe_log(x)))
+                jvp=(lambda t, ans, x, y: t * _power_slope(power, x, y), lambda t, ans, x, y: t * ans * _safe_log(x)),
+                batch=elementwise_rule, batched_vjp=True)
 float_power = defprim(np.float_power, (
     lambda g, ans, x, y: unbroadcast(g * _power_slope(float_power, x, y), x.shape),
     lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)),
-    jvp=(lambda t, ans, x, y: t * _power_slope(float_power, x, y), lambda t, ans, x, y: t * ans * _safe_log(x)))
+    jvp=(lambda t, ans, x, y: t * _power_slope(float_power, x, y), lambda t, ans, x, y: t * ans * _safe_log(x)),
+    batch=elementwise_rule, batched_vjp=True)
 square = defunary(np.square, lambda g, ans, x: g * 2 * x)
 sqrt = defunary(np.sqrt, lambda g, ans, x: g * 0.5 / ans)
 cbrt = defunary(np.cbrt, lambda g, ans, x: g / (3 * ans * ans))
@@ -151,11 +157,13 @@ reciprocal = defunary(np.reciprocal, lambda g, ans, x: -g * ans * ans)
 # d(x mod y) = dx - floor(x / y) dy (the quotient is piecewise constant); fmod truncates instead
 remainder = defprim(np.remainder, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                                    lambda g, ans, x, y: unbroadcast(g * _floor_quotient(x, y), y)),
-                    jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * _floor_quotient(x, y)))
+                    jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * _floor_quotient(x, y)),
+                    batch=elementwise_rule, batched_vjp=True)
 mod = remainder
 fmod = defprim(np.fmod, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                          lambda g, ans, x, y: unbroadcast(g * _trunc_quotient(x, y), y)),
-               jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * _trunc_quotient(x, y)))
+               jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t * _trunc_quotient(x, y)),
+               batch=elementwise_rule, batched_vjp=True)
 
 # --- exponentials and logarithms ------------------------------------------------------------
 exp = defunary(np.exp, lambda g, ans, x: g * ans)
@@ -167,10 +175,12 @@ log10 = defunary(np.log10, lambda g, ans, x: g / (x * LN10))
 log1p = defunary(np.log1p, lambda g, ans, x: g / (x + 1))
 logaddexp = defprim(np.logaddexp, (lambda g, ans, x, y: unbroadcast(g * exp(x - ans), x.shape),
                                    lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y.shape)),
-                    jvp=(lambda t, ans, x, y: t * exp(x - ans), lambda t, ans, x, y: t * exp(y - ans)))
+                    jvp=(lambda t, ans, x, y: t * exp(x - ans), lambda t, ans, x, y: t * exp(y - ans)),
+                    batch=elementwise_rule, batched_vjp=True)
 logaddexp2 = defprim(np.logaddexp2, (lambda g, ans, x, y: unbroadcast(g * exp2(x - ans), x.shape),
                                      lambda g, ans, x, y: unbroadcast(g * exp2(y - ans), y.shape)),
-                     jvp=(lambda t, ans, x, y: t * exp2(x - ans), lambda t, ans, x, y: t * exp2(y - ans)))
+                     jvp=(lambda t, ans, x, y: t * exp2(x - ans), lambda t, ans, x, y: t * exp2(y - ans)),
+                     batch=elementwise_rule, batched_vjp=True)
 
 # --- trigonometric and hyperbolic -------------------------------------------------------------
 sin = defunary(np.sin, lambda g, ans, x: g * cos(x))
@@ -185,11 +195,10 @@ tanh = defunary(np.tanh, lambda g, ans, x: g * (1 - ans * ans))
 arcsinh = defunary(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
 arccosh = defunary(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
 arctanh = defunary(np.arctanh, lambda g, ans, x: g / (1 - x * x))
-arctan2 = defprim(np.arctan2, (lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y.shape),
-                               lambda g, ans, y, x: unbroadcast(-g * y / (x * x + y * y), x.shape)))
 hypot = defprim(np.hypot, (lambda g, ans, x, y: unbroadcast(g * x / ans, x.shape),
                            lambda g, ans, x, y: unbroadcast(g * y / ans, y.shape)),
-                jvp=(lambda t, ans, x, y: t * x / ans, lambda t, ans, x, y: t * y / ans))
+                jvp=(lambda t, ans, x, y: t * x / ans, lambda t, ans, x, y: t * y / ans),
+                batch=elementwise_rule, batched_vjp=True)
 
 
 def _arctan2_jvp(tangents, ans, args, params):
@@ -204,32 +213,45 @@ def _arctan2_jvp(tangents, ans, args, params):
     return num / (x * x + y * y)
 
 
-arctan2.fused_jvp = _arctan2_jvp
+arctan2 = defprim(np.arctan2, (lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y.shape),
+                               lambda g, ans, y, x: unbroadcast(-g * y / (x * x + y * y), x.shape)),
+                  fused_jvp=_arctan2_jvp, batch=elementwise_rule, batched_vjp=True)
 deg2rad = defunary(np.deg2rad, lambda g, ans, x: g * (np.pi / 180))
 rad2deg = defunary(np.rad2deg, lambda g, ans, x: g * (180 / np.pi))
 radians, degrees = deg2rad, rad2deg
 
 # --- absolute value, extrema, selection ---------------------------------------------------------
 absolute = defprim(np.absolute, lambda g, ans, x: _complex.abs_vjp(g, x),  # complex: g conj(x)/|x|
-                   jvp=lambda t, ans, x: _complex.abs_jvp(t, ans, x))  # complex: Re(conj(x) t)/|x|
+                   jvp=lambda t, ans, x: _complex.abs_jvp(t, ans, x),
+                   batch=elementwise_rule, batched_vjp=True)  # complex: Re(conj(x) t)/|x|
 abs = absolute  # noqa: A001 - NumPy's name
 fabs = defunary(np.fabs, lambda g, ans, x: g * _sign(x))
 _EXTREMUM_JVP = (lambda t, ans, x, y: t * _tie_share(x, ans, y), lambda t, ans, x, y: t * _tie_share(y, ans, x))
 maximum = defprim(np.maximum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP,
+                  batch=elementwise_rule, batched_vjp=True)
 minimum = defprim(np.minimum, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
+                               lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP,
+                  batch=elementwise_rule, batched_vjp=True)
 fmax = defprim(np.fmax, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP,
+               batch=elementwise_rule, batched_vjp=True)
 fmin = defprim(np.fmin, (lambda g, ans, x, y: unbroadcast(g * _tie_share(x, ans, y), x.shape),
-                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP)
+                         lambda g, ans, x, y: unbroadcast(g * _tie_share(y, ans, x), y.shape)), jvp=_EXTREMUM_JVP,
+               batch=elementwise_rule, batched_vjp=True)
+
+
+def _where_jvp(ts, ans, args, params):
+    """The selected argument's tangent, one ``where`` for both (the condition has none)."""
+    if ts[1] is None and ts[2] is None:
+        return None
+    return where(args[0], ts[1] if ts[1] is not None else 0, ts[2] if ts[2] is not None else 0)
+
+
 where = defprim(np.where, (None,
                            lambda g, ans, c, x, y: unbroadcast(where(c, g, 0), x.shape),
-                           lambda g, ans, c, x, y: unbroadcast(where(c, 0, g), y.shape)), name="where")
-# the selected argument's tangent, one ``where`` for both (the condition has none)
-where.fused_jvp = lambda ts, ans, args, params: (
-    None if ts[1] is None and ts[2] is None
-    else where(args[0], ts[1] if ts[1] is not None else 0, ts[2] if ts[2] is not None else 0))
+                           lambda g, ans, c, x, y: unbroadcast(where(c, 0, g), y.shape)), name="where",
+                fused_jvp=_where_jvp, batch=elementwise_rule, batched_vjp=True)
 
 
 def _clip(x, lo, hi):
@@ -242,7 +264,7 @@ clip = defprim(_clip, (lambda g, ans, x, lo, hi: unbroadcast(where(_inside(x, lo
                jvp=(lambda t, ans, x, lo, hi: where(_inside(x, lo, hi), t, 0),
                     lambda t, ans, x, lo, hi: where(_below(x, lo), t, 0),
                     lambda t, ans, x, lo, hi: where(_above(x, hi), t, 0)),
-               name="clip")
+               name="clip", batch=elementwise_rule, batched_vjp=True)
 
 
 def _identity(x):
@@ -252,4 +274,5 @@ def _identity(x):
 # ``stop_gradient(x)``: x's value with a zero derivative in every interpreter. It has no VJP rule,
 # so a tape records nothing and returns the value stripped of that level (bind); its JVP is zero, so
 # a forward level returns the plain value too; under vmap it is elementwise (the batch stays).
-stop_gradient = defprim(_identity, jvp=lambda t, ans, x: None, batch=batch_elementwise, name="stop_gradient")
+stop_gradient = defprim(_identity, jvp=lambda t, ans, x: None, batch=elementwise_rule,
+                        batched_vjp=True, name="stop_gradient")

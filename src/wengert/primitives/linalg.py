@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
+from ._batching import one_batch_axis
 from ._table import constant, defprim, elementwise_constant, unbroadcast
 from .contractions import matmul
 from .complex import conj, imag, real
@@ -167,8 +168,7 @@ def _inv_vjp(g, ans, x):
 
 
 inv = defprim(np.linalg.inv, _inv_vjp, name="inv", jvp=lambda t, ans, x: -matmul(ans, matmul(t, ans)),
-              batch=stacked_batch)
-inv.batched_vjp = True
+              batch=one_batch_axis(stacked_batch), batched_vjp=True)
 
 
 def _solve(a, b):
@@ -176,10 +176,6 @@ def _solve(a, b):
     return np.linalg.solve(a, b)
 
 
-solve = defprim(_solve, (
-    lambda g, ans, a, b: unbroadcast(-matmul(solve(_mT(a), g), _mT(ans)), a),
-    lambda g, ans, a, b: unbroadcast(solve(_mT(a), g), b)), name="solve")
-solve.batched_vjp = True
 
 
 def _solve_jvp(tangents, ans, args, params):
@@ -215,8 +211,10 @@ def _pad_batched(x, rank):
     return x if missing <= 0 else reshape(x, shape=shape[:1] + (1,) * missing + shape[1:])
 
 
-solve.fused_jvp = _solve_jvp
-solve.batch = _solve_batch
+solve = defprim(_solve, (
+    lambda g, ans, a, b: unbroadcast(-matmul(solve(_mT(a), g), _mT(ans)), a),
+    lambda g, ans, a, b: unbroadcast(solve(_mT(a), g), b)), name="solve",
+    fused_jvp=_solve_jvp, batch=one_batch_axis(_solve_batch), batched_vjp=True)
 
 
 def _cofactors(x):
@@ -257,8 +255,8 @@ def _det_jvp(t, ans, x):
     return ans * sum_(_mT(x_inv) * t, axis=(-2, -1))
 
 
-det = defprim(np.linalg.det, _det_vjp, name="det", jvp=_det_jvp, batch=stacked_batch)
-det.batched_vjp = True
+det = defprim(np.linalg.det, _det_vjp, name="det", jvp=_det_jvp, batch=one_batch_axis(stacked_batch),
+              batched_vjp=True)
 
 
 def _slogdet_vjp(g, ans, x):
@@ -282,10 +280,8 @@ def _slogdet_jvp(tangents, ans, args, params):
     return ans[0] * (change - log_change), log_change
 
 
-slogdet = defprim(np.linalg.slogdet, _slogdet_vjp, name="slogdet", multiple_results=True)
-slogdet.batched_vjp = True
-slogdet.fused_jvp = _slogdet_jvp
-slogdet.batch = stacked_batch
+slogdet = defprim(np.linalg.slogdet, _slogdet_vjp, name="slogdet", multiple_results=True,
+                  batched_vjp=True, fused_jvp=_slogdet_jvp, batch=one_batch_axis(stacked_batch))
 
 
 # --- Cholesky --------------------------------------------------------------------------------------
@@ -314,8 +310,8 @@ def _cholesky_jvp(t, ans, x, upper=False):
     return _mT(d_low) if upper else d_low
 
 
-cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky", jvp=_cholesky_jvp, batch=stacked_batch)
-cholesky.batched_vjp = True
+cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky", jvp=_cholesky_jvp, batch=one_batch_axis(stacked_batch),
+                   batched_vjp=True)
 
 
 # --- symmetric eigenproblem ------------------------------------------------------------------------
@@ -339,10 +335,8 @@ def _eigh_jvp(tangents, ans, args, params):
     return _diag_part(inner), matmul(v, _inverse_gaps(w) * inner)
 
 
-eigh = defprim(_eigh, _eigh_vjp, name="eigh", multiple_results=True)
-eigh.batched_vjp = True
-eigh.fused_jvp = _eigh_jvp
-eigh.batch = stacked_batch
+eigh = defprim(_eigh, _eigh_vjp, name="eigh", multiple_results=True,
+               batched_vjp=True, fused_jvp=_eigh_jvp, batch=one_batch_axis(stacked_batch))
 
 
 def _eigvalsh(x, UPLO="L"):  # noqa: N803
@@ -361,8 +355,8 @@ def _eigvalsh_jvp(t, ans, x, UPLO="L"):  # noqa: N803
     return sum_(v * matmul(_symmetric_from(t, lower=UPLO.upper() == "L"), v), axis=-2)
 
 
-eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh", jvp=_eigvalsh_jvp, batch=stacked_batch)
-eigvalsh.batched_vjp = True
+eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh", jvp=_eigvalsh_jvp, batch=one_batch_axis(stacked_batch),
+                   batched_vjp=True)
 
 
 # --- singular value decomposition ------------------------------------------------------------------
@@ -435,10 +429,8 @@ def _svd_jvp(tangents, ans, args, params):
     return du, _diag_part(inner), dvt
 
 
-svd = defprim(_svd, _svd_vjp, name="svd", multiple_results=True)
-svd.batched_vjp = True
-svd.fused_jvp = _svd_jvp
-svd.batch = stacked_batch
+svd = defprim(_svd, _svd_vjp, name="svd", multiple_results=True,
+              batched_vjp=True, fused_jvp=_svd_jvp, batch=one_batch_axis(stacked_batch))
 
 
 def _svdvals(x):
@@ -462,8 +454,8 @@ def _svdvals_jvp(t, ans, x):
     return sum_(u * matmul(t, _mT(vt)), axis=-2)
 
 
-svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals", jvp=_svdvals_jvp, batch=stacked_batch)
-svdvals.batched_vjp = True
+svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals", jvp=_svdvals_jvp, batch=one_batch_axis(stacked_batch),
+                  batched_vjp=True)
 
 
 # --- QR --------------------------------------------------------------------------------------------
@@ -524,10 +516,8 @@ def _qr_jvp(tangents, ans, args, params):
     return dq, concatenate(dr_x, dr_y, axis=-1)
 
 
-qr = defprim(_qr, _qr_vjp, name="qr", multiple_results=True)
-qr.batched_vjp = True
-qr.fused_jvp = _qr_jvp
-qr.batch = stacked_batch
+qr = defprim(_qr, _qr_vjp, name="qr", multiple_results=True,
+             batched_vjp=True, fused_jvp=_qr_jvp, batch=one_batch_axis(stacked_batch))
 
 
 # --- pseudo-inverse --------------------------------------------------------------------------------
@@ -557,8 +547,7 @@ def _pinv_jvp(t, ans, x, hermitian=False, **options):
             + matmul(th - matmul(matmul(p, a), th), matmul(ph, p)))
 
 
-pinv = defprim(_pinv, _pinv_vjp, name="pinv", jvp=_pinv_jvp, batch=stacked_batch)
-pinv.batched_vjp = True
+pinv = defprim(_pinv, _pinv_vjp, name="pinv", jvp=_pinv_jvp, batch=one_batch_axis(stacked_batch), batched_vjp=True)
 
 
 def _lstsq(a, b, rcond=None):
@@ -692,10 +681,8 @@ def _lstsq_batch(prim, vals, batched, params, size):
     return NotImplemented if out is None else out
 
 
-lstsq = defprim(_lstsq, (_lstsq_vjp_a, _lstsq_vjp_b), name="lstsq", multiple_results=True)
-lstsq.batched_vjp = True
-lstsq.fused_jvp = _lstsq_jvp
-lstsq.batch = _lstsq_batch
+lstsq = defprim(_lstsq, (_lstsq_vjp_a, _lstsq_vjp_b), name="lstsq", multiple_results=True,
+                batched_vjp=True, fused_jvp=_lstsq_jvp, batch=one_batch_axis(_lstsq_batch))
 
 
 # --- smooth norms ----------------------------------------------------------------------------------
@@ -749,5 +736,5 @@ def _pnorm_batch(prim, vals, batched, params, size):
     return prim(x, ord=params.get("ord"), axis=axis, keepdims=keepdims)
 
 
-pnorm = defprim(_pnorm, _pnorm_vjp, name="pnorm", jvp=_pnorm_jvp, batch=_pnorm_batch)
-pnorm.batched_vjp = True
+pnorm = defprim(_pnorm, _pnorm_vjp, name="pnorm", jvp=_pnorm_jvp, batch=one_batch_axis(_pnorm_batch),
+                batched_vjp=True)

@@ -15,7 +15,7 @@ Conventions:
   in ``stash`` (a one-slot list in the call's parameters). At first order the rule reads it from
   there; when the logits are themselves traced (second order) the rule recomputes it with
   wengert operations so the outer transform sees how it depends on them.
-* ``prim.batched_vjp = True`` beside a declaration: its rules hold on values batched by vmap (a
+* ``batched_vjp=True`` in a declaration: its rules hold on values batched by vmap (a
   grad inside vmap records it instead of looping over the examples; tests/test_nn.py checks each).
 """
 from __future__ import annotations
@@ -29,6 +29,8 @@ from . import contractions as C
 from . import elementwise as E
 from . import reductions as R
 from . import shape as S
+from . import _batching as B
+from ._batching import axis_rule, one_batch_axis
 from ._table import constant, defprim, defunary, elementwise_constant, unbroadcast
 
 try:  # SciPy's erf is vectorized; without SciPy, math.erf element by element (slower)
@@ -104,15 +106,9 @@ def _plain(*xs):
 
 
 # --- vmap rules (``defprim(batch=...)``): the batch is on axis 0 of the values flagged batched ------
-def _batching():
-    from ..transforms import batching   # imported late: batching imports this module
-    return batching
-
-
 def _batch_axis(axis, x):
     """A per-example ``axis`` (int, tuple, or None for all) of batched ``x``, shifted past the batch."""
-    B = _batching()
-    return B._axis(axis, len(B._shape(x)) - 1)
+    return B.batch_axis(axis, len(B.shape(x)) - 1)
 
 
 def _batch_along_axis(prim, vals, batched, params, size):
@@ -127,17 +123,16 @@ def _batch_leading(vals, batched, size=None):
     operand gets ones after its batch axis, an unbatched one a leading 1 (broadcast to ``size``
     where the primitive's rules need every operand at the output's shape). Returns the operands and
     the example rank."""
-    B = _batching()
-    ranks = [len(B._shape(v)) - b for v, b in zip(vals, batched)]
+    ranks = [len(B.shape(v)) - b for v, b in zip(vals, batched)]
     rank = max(ranks)
     out = []
     for v, b, r in zip(vals, batched, ranks):
         if b:
-            out.append(B._pad_rank(v, rank))
+            out.append(B.pad_rank(v, rank))
             continue
-        v = S.reshape(v, shape=(1,) * (rank - r + 1) + tuple(B._shape(v)))
+        v = S.reshape(v, shape=(1,) * (rank - r + 1) + tuple(B.shape(v)))
         if size is not None:
-            shape = tuple(B._shape(v))
+            shape = tuple(B.shape(v))
             v = S.broadcast_to(v, shape=(size,) + shape[1:])
         out.append(v)
     return out, rank
@@ -148,7 +143,7 @@ def _reduce_each_example(loss, reduction):
     float16 summed in float32 as the primitives' own reductions are."""
     if reduction == "none":
         return loss
-    shape = tuple(_batching()._shape(loss))
+    shape = tuple(B.shape(loss))
     if len(shape) == 1:
         return loss
     dtype = _dtype(loss)
@@ -183,8 +178,7 @@ def _softmax_jvp(t, ans, x, axis=None):
     return out
 
 
-softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax", jvp=_softmax_jvp)
-softmax.batched_vjp = True
+softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax", jvp=_softmax_jvp, batched_vjp=True, batch=axis_rule)
 
 
 def _log_softmax(x, axis=None):
@@ -204,8 +198,7 @@ def _log_softmax_jvp(t, ans, x, axis=None):
 
 
 log_softmax = defprim(_log_softmax, lambda g, ans, x, axis=None: g - E.exp(ans) * _sum_kept(g, axis),
-                      name="nn.log_softmax", jvp=_log_softmax_jvp)
-log_softmax.batched_vjp = True
+                      name="nn.log_softmax", jvp=_log_softmax_jvp, batched_vjp=True, batch=axis_rule)
 
 
 def _log_softmax_known(x, axis=None, known=None):
@@ -221,9 +214,9 @@ def _log_softmax_known_batch(prim, vals, batched, params, size):
 
 log_softmax_known = defprim(_log_softmax_known,
                             lambda g, ans, x, axis=None, known=None: g - known[1] * _sum_kept(g, axis),
-                            name="nn.log_softmax",
+                            name="nn.log_softmax_known",
                             jvp=lambda t, ans, x, axis=None, known=None: t - _sum_kept(known[1] * t, axis),
-                            batch=_log_softmax_known_batch)
+                            batch=one_batch_axis(_log_softmax_known_batch))
 
 
 def _logsumexp(x, axis=None, keepdims=False):
@@ -252,8 +245,7 @@ def _logsumexp_jvp(t, ans, x, axis=None, keepdims=False):
 
 
 logsumexp = defprim(_logsumexp, _logsumexp_vjp, name="nn.logsumexp", jvp=_logsumexp_jvp,
-                    batch=_batch_along_axis)
-logsumexp.batched_vjp = True
+                    batch=one_batch_axis(_batch_along_axis), batched_vjp=True)
 
 
 def _logsumexp_b(x, b, axis=None, keepdims=False):
@@ -281,7 +273,7 @@ def _lse_b_tangent(t, w, ans, x, b, axis, keepdims):
 def _logsumexp_b_batch(prim, vals, batched, params, size):
     """``axis`` counts the axes of the broadcast example shape of ``x`` and ``b``."""
     (x, b), rank = _batch_leading(vals, batched)
-    return prim(x, b, axis=_batching()._axis(params.get("axis"), rank), keepdims=params.get("keepdims", False))
+    return prim(x, b, axis=B.batch_axis(params.get("axis"), rank), keepdims=params.get("keepdims", False))
 
 
 logsumexp_b = defprim(_logsumexp_b, (
@@ -292,8 +284,7 @@ logsumexp_b = defprim(_logsumexp_b, (
     name="nn.logsumexp_b", jvp=(
     lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, b, ans, x, b, axis, keepdims),
     lambda t, ans, x, b, axis=None, keepdims=False: _lse_b_tangent(t, None, ans, x, b, axis, keepdims)),
-    batch=_logsumexp_b_batch)
-logsumexp_b.batched_vjp = True
+    batch=one_batch_axis(_logsumexp_b_batch), batched_vjp=True)
 
 
 # --- cross-entropy of a softmax ----------------------------------------------------------------
@@ -407,17 +398,16 @@ def _sce_sparse_jvp(t, ans, x, labels, axis, reduction, stash=None):
 def _cross_entropy_batch(prim, vals, batched, params, size):
     """Both operands batched (the rules read logits and labels or targets at one shape), the class
     axis shifted, one loss per row (reduction "none"), then reduced within each example."""
-    B = _batching()
-    x, labels = [v if b else B._broadcast_batch(v, size) for v, b in zip(vals, batched)]
-    axis = params["axis"] % (len(B._shape(x)) - 1) + 1
+    x, labels = [v if b else B.broadcast_batch(v, size) for v, b in zip(vals, batched)]
+    axis = params["axis"] % (len(B.shape(x)) - 1) + 1
     stash = None if params.get("stash") is None else [None]
     loss = prim(x, labels, axis=axis, reduction="none", stash=stash)
     return _reduce_each_example(loss, params["reduction"])
 
 
 softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), name="nn.softmax_cross_entropy",
-                                       jvp=(_sce_sparse_jvp, None), batch=_cross_entropy_batch)
-softmax_cross_entropy_sparse.batched_vjp = True
+                                       jvp=(_sce_sparse_jvp, None), batch=one_batch_axis(_cross_entropy_batch),
+                                       batched_vjp=True)
 
 
 def _sce_dense(x, t, axis, reduction, stash=None):
@@ -460,8 +450,7 @@ softmax_cross_entropy_dense = defprim(_sce_dense, (_sce_dense_vjp_x, _sce_dense_
         _sce_dense_dx(x, t, axis, stash), tx, axis, reduction, _examples(x.shape, axis)),
     lambda tt, ans, x, t, axis, reduction, stash=None: -_reduce_tangent(
         _sce_dense_logp(x, axis, stash), tt, axis, reduction, _examples(x.shape, axis))),
-    batch=_cross_entropy_batch)
-softmax_cross_entropy_dense.batched_vjp = True
+    batch=one_batch_axis(_cross_entropy_batch), batched_vjp=True)
 
 
 # --- sigmoid family ----------------------------------------------------------------------------
@@ -472,7 +461,6 @@ def _sigmoid(x):
 
 
 sigmoid = defunary(_sigmoid, lambda g, ans, x: g * ans * (1 - ans), name="nn.sigmoid")
-sigmoid.batched_vjp = True
 
 
 def _log_sigmoid(x):
@@ -482,7 +470,6 @@ def _log_sigmoid(x):
 
 # d/dx log sigmoid(x) = sigmoid(-x) = 1 - exp(ans) = -expm1(ans): exact for large x too
 log_sigmoid = defunary(_log_sigmoid, lambda g, ans, x: -g * E.expm1(ans), name="nn.log_sigmoid")
-log_sigmoid.batched_vjp = True
 
 
 def _softplus(x):
@@ -492,7 +479,6 @@ def _softplus(x):
 
 # d/dx softplus(x) = sigmoid(x) = 1 - exp(-ans) = -expm1(-ans)
 softplus = defunary(_softplus, lambda g, ans, x: -g * E.expm1(-ans), name="nn.softplus")
-softplus.batched_vjp = True
 
 
 def _silu(x):
@@ -506,7 +492,6 @@ def _silu_vjp(g, ans, x):
 
 
 silu = defunary(_silu, _silu_vjp, name="nn.silu")
-silu.batched_vjp = True
 
 
 def _bce_logits(x, t, reduction):
@@ -540,8 +525,7 @@ bce_with_logits = defprim(_bce_logits, (
     name="nn.binary_cross_entropy_with_logits", jvp=(
     lambda tx, ans, x, t, reduction: _reduce_elementwise((sigmoid(x) - t) * tx, reduction, x.size),
     lambda tt, ans, x, t, reduction: _reduce_elementwise(-x * tt, reduction, x.size)),
-    batch=_elementwise_loss_batch)
-bce_with_logits.batched_vjp = True
+    batch=one_batch_axis(_elementwise_loss_batch), batched_vjp=True)
 
 
 # --- activations -------------------------------------------------------------------------------
@@ -550,7 +534,6 @@ def _relu(x):
 
 
 relu = defunary(_relu, lambda g, ans, x: g * E._positive(ans), name="nn.relu")
-relu.batched_vjp = True
 
 
 def _erf(x):
@@ -559,7 +542,6 @@ def _erf(x):
 
 
 erf = defunary(_erf, lambda g, ans, x: g * TWO_OVER_SQRT_PI * E.exp(-(x * x)), name="nn.erf")
-erf.batched_vjp = True
 
 
 def _gelu(x):
@@ -576,7 +558,6 @@ def _gelu_vjp(g, ans, x):
 
 
 gelu = defunary(_gelu, _gelu_vjp, name="nn.gelu")
-gelu.batched_vjp = True
 
 
 def _gelu_tanh(x):
@@ -595,7 +576,6 @@ def _gelu_tanh_vjp(g, ans, x):
 
 
 gelu_tanh = defunary(_gelu_tanh, _gelu_tanh_vjp, name="nn.gelu_tanh")
-gelu_tanh.batched_vjp = True
 
 
 # --- regression ---------------------------------------------------------------------------------
@@ -623,8 +603,7 @@ mse = defprim(_mse, (lambda g, ans, p, t, reduction: unbroadcast(_mse_ct(g, p, t
               name="nn.mse", jvp=(
     lambda tp, ans, p, t, reduction: _reduce_elementwise(2 * (p - t) * tp, reduction, _size(p, t)),
     lambda tt, ans, p, t, reduction: _reduce_elementwise(-2 * (p - t) * tt, reduction, _size(p, t))),
-    batch=_mse_batch)
-mse.batched_vjp = True
+    batch=one_batch_axis(_mse_batch), batched_vjp=True)
 
 
 # --- norms and cosines ---------------------------------------------------------------------------
@@ -673,8 +652,8 @@ def _normalize_vjp(g, ans, x, axis, eps):
 
 
 # (I - y y^T) / n, or I / eps where the norm is clamped: a symmetric Jacobian, so the VJP rule is the JVP
-normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize", jvp=_normalize_vjp, batch=_batch_along_axis)
-normalize.batched_vjp = True
+normalize = defprim(_normalize, _normalize_vjp, name="nn.normalize", jvp=_normalize_vjp,
+                    batch=one_batch_axis(_batch_along_axis), batched_vjp=True)
 
 
 def _cosine(x1, x2, axis, eps):
@@ -737,14 +716,11 @@ def _cosine_jvp(tangents, ans, args, params):
 def _cosine_batch(prim, vals, batched, params, size):
     """An unbatched operand gets a leading 1 (its norms are taken along the same shifted axis)."""
     (x1, x2), rank = _batch_leading(vals, batched)
-    return prim(x1, x2, axis=_batching()._axis(params["axis"], rank), eps=params["eps"])
+    return prim(x1, x2, axis=B.batch_axis(params["axis"], rank), eps=params["eps"])
 
 
-cosine_similarity = defprim(_cosine, (), name="nn.cosine_similarity", batch=_cosine_batch)
-cosine_similarity.batched_vjp = True
-cosine_similarity.fused_vjp = _cosine_vjp
-cosine_similarity.fused_jvp = _cosine_jvp
-cosine_similarity.keep_ans = True
+cosine_similarity = defprim(_cosine, (), name="nn.cosine_similarity", batch=one_batch_axis(_cosine_batch),
+                            batched_vjp=True, fused_vjp=_cosine_vjp, fused_jvp=_cosine_jvp, keep_ans=True)
 
 
 def _pcs_operands(a, b, eps, stash):
@@ -851,9 +827,8 @@ def _pairwise_cosine_softmax_jvp(tangents, ans, args, params):
 def _pairwise_cosine_softmax_batch(prim, vals, batched, params, size):
     """The operation's own batch axis (the last) takes the vmap batch too: (V, W, R, B) becomes
     (W, R, V * B), and the result (N, R, V * B) is split back to (V, N, R, B)."""
-    B = _batching()
-    a, b = [v if flag else B._broadcast_batch(v, size) for v, flag in zip(vals, batched)]
-    (_, width, n_a, k), n_b = B._shape(a), B._shape(b)[2]
+    a, b = [v if flag else B.broadcast_batch(v, size) for v, flag in zip(vals, batched)]
+    (_, width, n_a, k), n_b = B.shape(a), B.shape(b)[2]
     a = S.reshape(S.transpose(a, axes=(1, 2, 0, 3)), shape=(width, n_a, size * k))
     b = S.reshape(S.transpose(b, axes=(1, 2, 0, 3)), shape=(width, n_b, size * k))
     stash = None if params.get("stash") is None else [None]
@@ -862,8 +837,6 @@ def _pairwise_cosine_softmax_batch(prim, vals, batched, params, size):
 
 
 pairwise_cosine_softmax = defprim(_pairwise_cosine_softmax, (), name="nn.pairwise_cosine_softmax",
-                                  batch=_pairwise_cosine_softmax_batch)
-pairwise_cosine_softmax.batched_vjp = True
-pairwise_cosine_softmax.fused_vjp = _pairwise_cosine_softmax_vjp
-pairwise_cosine_softmax.fused_jvp = _pairwise_cosine_softmax_jvp
-pairwise_cosine_softmax.keep_ans = True
+                                  batch=one_batch_axis(_pairwise_cosine_softmax_batch),
+                                  fused_vjp=_pairwise_cosine_softmax_vjp, fused_jvp=_pairwise_cosine_softmax_jvp,
+                                  keep_ans=True, batched_vjp=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
+from ._batching import reduction_rule, scan_rule
 from ._table import defprim, elementwise_constant, nondiff
 from . import shape as sh
 from .elementwise import where
@@ -110,8 +111,8 @@ def _extremum_jvp(t, ans, x, axis=None, keepdims=False):
 
 
 sum_ = defprim(_sum, lambda g, ans, x, axis=None, keepdims=False: _expand_to(g, x.shape, axis, keepdims),
-               name="sum", linear=True)
-max_ = defprim(_max, _extremum_vjp, name="max", jvp=_extremum_jvp)
+               name="sum", linear=True, batch=reduction_rule, batched_vjp=True)
+max_ = defprim(_max, _extremum_vjp, name="max", jvp=_extremum_jvp, batch=reduction_rule, batched_vjp=True)
 
 
 def _mean(x, axis=None, keepdims=False):
@@ -134,8 +135,8 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False):
 
 
 # one tape entry (not a sum and a division); ``axis`` is a sorted tuple or None, as for sum
-mean = defprim(_mean, _mean_vjp, name="mean", linear=True)
-min_ = defprim(_min, _extremum_vjp, name="min", jvp=_extremum_jvp)
+mean = defprim(_mean, _mean_vjp, name="mean", linear=True, batch=reduction_rule, batched_vjp=True)
+min_ = defprim(_min, _extremum_vjp, name="min", jvp=_extremum_jvp, batch=reduction_rule, batched_vjp=True)
 
 
 def _prod(x, axis=None, keepdims=False):
@@ -201,7 +202,7 @@ def _prod_jvp(t, ans, x, axis=None, keepdims=False):
     return sum_(t * _others(x, axis), axis=axis, keepdims=keepdims)
 
 
-prod = defprim(_prod, _prod_vjp, jvp=_prod_jvp)
+prod = defprim(_prod, _prod_vjp, jvp=_prod_jvp, batch=reduction_rule, batched_vjp=True)
 
 
 def _cumsum(x, axis):
@@ -212,7 +213,8 @@ def _reverse_cumsum(g, axis):
     return flip(cumsum(flip(g, axis=axis), axis=axis), axis=axis)
 
 
-cumsum = defprim(_cumsum, lambda g, ans, x, axis: _reverse_cumsum(g, axis), linear=True)
+cumsum = defprim(_cumsum, lambda g, ans, x, axis: _reverse_cumsum(g, axis), linear=True,
+                 batch=scan_rule, batched_vjp=True)
 
 
 def _cumprod(x, axis):
@@ -247,4 +249,4 @@ def _cumprod_jvp(t, ans, x, axis):
     return where(_is_zero(seen), before, cumprod(where(_first(small, seen), t, x), axis=axis))
 
 
-cumprod = defprim(_cumprod, _cumprod_vjp, jvp=_cumprod_jvp)
+cumprod = defprim(_cumprod, _cumprod_vjp, jvp=_cumprod_jvp, batch=scan_rule, batched_vjp=True)

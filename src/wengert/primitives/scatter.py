@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
+from ._batching import batched_index, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
 from ._table import defprim, unbroadcast
 from .shape import _is_basic, getitem, index_add, reshape
 
@@ -44,14 +45,13 @@ def _batch_write(prim, vals, batched, params, size):
     ``v`` gets ones after its batch axis up to the rank of ``x[index]``, so it lines up with the
     written block; an unbatched ``v`` broadcasts as it did per example. Indices that vary along
     the batch, or that NumPy would move in front of the batch axis, are left to the per-example loop."""
-    from ..transforms.batching import _batched_index, _broadcast_batch, _pad_rank, _shape
     x, v = vals
     index = params["index"]
-    stacked_index = _batched_index(index)
+    stacked_index = batched_index(index)
     if stacked_index is None:
         return NotImplemented
     if not batched[0]:
-        x = _broadcast_batch(x, size)
+        x = broadcast_batch(x, size)
     if batched[1]:
         rank = np.zeros(tuple(_shape(x))[1:], bool)[index].ndim
         v_shape = tuple(_shape(v))
@@ -61,14 +61,14 @@ def _batch_write(prim, vals, batched, params, size):
                 return NotImplemented
             v = reshape(v, shape=v_shape[:1] + v_shape[1 + extra:])
         else:
-            v = _pad_rank(v, rank)
+            v = pad_rank(v, rank)
     return prim(x, v, index=stacked_index)
 
 
 scatter_set = defprim(_scatter_set, (lambda g, ans, x, v, index: _zero_at(g, index),
                                      lambda g, ans, x, v, index: unbroadcast(getitem(g, index=index), v.shape)),
-                      name="scatter_set", batch=_batch_write)
-scatter_set.fused_jvp = _scatter_set_jvp
+                      name="scatter_set", batch=one_batch_axis(_batch_write),
+                      fused_jvp=_scatter_set_jvp, batched_vjp=True)
 
 
 def _write_vjp(g, ans, args, params, parents):
@@ -93,10 +93,8 @@ def _tape_only(tangents, ans, args, params):
 
 
 # The tape entry of ``x[index] = v`` on a tracer (recorded by core/mutation.py, never called).
-write = defprim(None, (), name="setitem")
-write.fused_vjp = _write_vjp
-write.owned_vjp = _write_vjp_owned
-write.fused_jvp = _tape_only  # a forward level writes by JVPTrace.write, which never records it
+# fused_jvp: a forward level writes by JVPTrace.write, which never records this entry
+write = defprim(None, (), name="setitem", fused_vjp=_write_vjp, owned_vjp=_write_vjp_owned, fused_jvp=_tape_only)
 
 
 def _scatter_multiply(x, v, index):
@@ -121,7 +119,7 @@ scatter_multiply = defprim(_scatter_multiply, (
     lambda g, ans, x, v, index: unbroadcast(getitem(g * x, index=index), v.shape)),
     name="scatter_multiply",
     jvp=(lambda t, ans, x, v, index: scatter_multiply(t, v, index=index), _scatter_multiply_jvp_v),
-    batch=_batch_write)
+    batch=one_batch_axis(_batch_write), batched_vjp=True)
 
 
 def has_duplicates(index, shape):
@@ -161,8 +159,7 @@ def _freeze_vjp(g, ans, args, params, parents):
     return out
 
 
-buffer_snapshot = defprim(None, (), name="buffer_snapshot")
-buffer_snapshot.fused_vjp = _freeze_vjp
-buffer_snapshot.fused_jvp = _tape_only  # Buffer is functional on a forward level (scatter_set)
+# fused_jvp: a Buffer is functional on a forward level (scatter_set), which never records this entry
+buffer_snapshot = defprim(None, (), name="buffer_snapshot", fused_vjp=_freeze_vjp, fused_jvp=_tape_only)
 
 __all__ = ["scatter_set", "scatter_multiply", "index_add", "write", "buffer_snapshot", "has_duplicates"]

@@ -11,6 +11,8 @@ import numpy as np
 
 from ..core.backward import _is_basic, indexed_cotangent
 from ..core.trace import Tracer, unbox
+from ._batching import (axis_rule, broadcast_to_rule, diagonal_embed_rule, diagonal_rule, getitem_rule, index_add_rule,
+                        join_rule, pad_rule, reshape_rule, roll_rule, transpose_rule, unary_rule)
 from ._table import defprim, unbroadcast
 
 
@@ -32,11 +34,12 @@ def _broadcast_to(x, shape):
     return np.broadcast_to(x, shape)
 
 
-reshape = defprim(_reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape), name="reshape", linear=True)
+reshape = defprim(_reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape), name="reshape", linear=True,
+                  batch=reshape_rule, batched_vjp=True)
 transpose = defprim(_transpose, lambda g, ans, x, axes=None: transpose(g, axes=_inverse_axes(axes, g.ndim)),
-                    name="transpose", linear=True)
+                    name="transpose", linear=True, batch=transpose_rule, batched_vjp=True)
 broadcast_to = defprim(_broadcast_to, lambda g, ans, x, shape: unbroadcast(g, x.shape), name="broadcast_to",
-                       linear=True)
+                       linear=True, batch=broadcast_to_rule, batched_vjp=True)
 
 
 def _astype(x, dtype):
@@ -58,7 +61,7 @@ def _astype_jvp(t, ans, x, dtype):
 
 
 astype = defprim(_astype, lambda g, ans, x, dtype: _astype_vjp(g, unbox(x).dtype, dtype), name="astype",
-                 jvp=_astype_jvp)
+                 jvp=_astype_jvp, batch=unary_rule, batched_vjp=True)
 
 
 def _concatenate(*arrays, axis=0):
@@ -104,10 +107,9 @@ def _stack_vjp(g, ans, arrays, params, parents):
 
 
 # linear: the JVP is the concatenation (stack) of the tangents, zeros standing for constant operands
-concatenate = defprim(_concatenate, (), name="concatenate", linear=True)
-concatenate.fused_vjp = _concatenate_vjp
-stack = defprim(_stack, (), name="stack", linear=True)
-stack.fused_vjp = _stack_vjp
+concatenate = defprim(_concatenate, (), name="concatenate", linear=True,
+                      fused_vjp=_concatenate_vjp, batch=join_rule, batched_vjp=True)
+stack = defprim(_stack, (), name="stack", linear=True, fused_vjp=_stack_vjp, batch=join_rule, batched_vjp=True)
 
 
 # --- indexing ------------------------------------------------------------------------------------
@@ -133,7 +135,7 @@ def _batch_level_of(index):
     return None
 
 
-getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True)
+getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True, batch=getitem_rule, batched_vjp=True)
 
 
 def _index_add(base, values, index):
@@ -158,8 +160,7 @@ def _index_add_jvp(tangents, ans, args, params):
 
 index_add = defprim(_index_add, (lambda g, ans, base, values, index: g,
                                  lambda g, ans, base, values, index: unbroadcast(getitem(g, index=index), values.shape)),
-                    name="index_add")
-index_add.fused_jvp = _index_add_jvp
+                    name="index_add", fused_jvp=_index_add_jvp, batch=index_add_rule, batched_vjp=True)
 
 
 # --- flips, rolls, diagonals, padding ------------------------------------------------------------
@@ -167,7 +168,8 @@ def _flip(x, axis=None):
     return np.flip(x, axis)
 
 
-flip = defprim(_flip, lambda g, ans, x, axis=None: flip(g, axis=axis), name="flip", linear=True)
+flip = defprim(_flip, lambda g, ans, x, axis=None: flip(g, axis=axis), name="flip", linear=True,
+               batch=axis_rule, batched_vjp=True)
 
 
 def _roll(x, shift, axis=None):
@@ -175,7 +177,7 @@ def _roll(x, shift, axis=None):
 
 
 roll = defprim(_roll, lambda g, ans, x, shift, axis=None: roll(g, shift=_negate(shift), axis=axis), name="roll",
-               linear=True)
+               linear=True, batch=roll_rule, batched_vjp=True)
 
 
 def _negate(shift):
@@ -199,11 +201,11 @@ def _diagonal_embed(g, shape, offset=0, axis1=0, axis2=1):
     return out
 
 
-diagonal = defprim(_diagonal, _diagonal_vjp, name="diagonal", linear=True)
+diagonal = defprim(_diagonal, _diagonal_vjp, name="diagonal", linear=True, batch=diagonal_rule, batched_vjp=True)
 diagonal_embed = defprim(
     _diagonal_embed,
     lambda g, ans, d, shape, offset=0, axis1=0, axis2=1: diagonal(g, offset=offset, axis1=axis1, axis2=axis2),
-    name="diagonal_embed", linear=True)
+    name="diagonal_embed", linear=True, batch=diagonal_embed_rule, batched_vjp=True)
 
 
 def _pad_constant(x, pad_width, constant_values=0):
@@ -216,4 +218,5 @@ def _unpad(g, ans, x, pad_width, constant_values=0):
 
 
 pad_constant = defprim(_pad_constant, _unpad, name="pad_constant",  # affine: the tangent is padded with 0
-                       jvp=lambda t, ans, x, pad_width, constant_values=0: pad_constant(t, pad_width=pad_width))
+                       jvp=lambda t, ans, x, pad_width, constant_values=0: pad_constant(t, pad_width=pad_width),
+                       batch=pad_rule, batched_vjp=True)

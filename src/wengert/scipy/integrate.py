@@ -28,6 +28,7 @@ import scipy.integrate as _si
 from ..core import tree
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
+from ..primitives._batching import one_batch_axis
 from ..primitives._table import defprim
 from ..transforms.batching import vmap
 from ..transforms.forward import jvp
@@ -221,11 +222,9 @@ def _odeint_jvp(tangents, ys, args, params):
     return out
 
 
-odeint_primitive = defprim(_odeint_impl, name="scipy.integrate.odeint")
-odeint_primitive.fused_vjp = _odeint_vjp
-odeint_primitive.fused_jvp = _odeint_jvp
-odeint_primitive.batch = _odeint_batch
-odeint_primitive.keep_ans = True   # the adjoint restarts y from the forward solution ys
+# keep_ans: the adjoint restarts y from the forward solution ys
+odeint_primitive = defprim(_odeint_impl, name="scipy.integrate.odeint", fused_vjp=_odeint_vjp, fused_jvp=_odeint_jvp,
+                           batch=one_batch_axis(_odeint_batch), keep_ans=True)
 
 
 def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None,

@@ -18,6 +18,7 @@ from ..core.trace import Tracer
 from ..numpy import _functions as F
 from ..numpy import linalg as _la
 from ..primitives import linalg as _la_prims
+from ..primitives._batching import one_batch_axis
 from ..primitives._table import defprim, unbroadcast
 
 __all__ = ["solve_triangular", "cho_solve", "cho_factor", "cholesky", "expm", "sqrtm", "solve_sylvester"]
@@ -69,8 +70,6 @@ def _st_jvp(tangents, ans, args, params):
     return _st(args[0], rhs, **params)
 
 
-_st = defprim(_st_impl, (_st_vjp_a, _st_vjp_b), name="scipy.linalg.solve_triangular")
-_st.batched_vjp = True
 def _st_batch(prim, vals, batched, params, size):
     """vmap (a batch on axis 0) of right-hand sides against one matrix (jacfwd's tangents): one solve
     with the batch as more columns. A batch of matrices runs once per example."""
@@ -82,8 +81,8 @@ def _st_batch(prim, vals, batched, params, size):
     return F.moveaxis(F.reshape(x, shape[1:] + (size,)), -1, 0)
 
 
-_st.fused_jvp = _st_jvp
-_st.batch = _st_batch
+_st = defprim(_st_impl, (_st_vjp_a, _st_vjp_b), name="scipy.linalg.solve_triangular",
+              batched_vjp=True, fused_jvp=_st_jvp, batch=one_batch_axis(_st_batch))
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, check_finite=True):
@@ -128,10 +127,13 @@ def _frechet(a, e):
     return expm(block)[..., :n, n:]
 
 
+def _expm_batch(prim, vals, batched, params, size):
+    return prim(*vals)   # SciPy's expm takes stacks
+
+
 expm = defprim(_sl.expm, lambda g, ans, a: _frechet(_t(a), g), name="scipy.linalg.expm",
-               jvp=lambda t, ans, a: _frechet(a, t))
-expm.batched_vjp = True
-expm.batch = lambda prim, vals, batched, params, size: prim(*vals)  # SciPy's expm takes stacks
+               jvp=lambda t, ans, a: _frechet(a, t),
+               batch=one_batch_axis(_expm_batch), batched_vjp=True)
 
 
 def _over_stack(fn, *mats):
@@ -171,11 +173,6 @@ def _syl_adjoint(g, a, b):
     return _sylvester(_t(a), _t(b), g)
 
 
-_sylvester = defprim(_sylvester_impl, (
-    lambda g, ans, a, b, q: unbroadcast(-(_syl_adjoint(g, a, b) @ _t(ans)), a),
-    lambda g, ans, a, b, q: unbroadcast(-(_t(ans) @ _syl_adjoint(g, a, b)), b),
-    lambda g, ans, a, b, q: unbroadcast(_syl_adjoint(g, a, b), q)), name="scipy.linalg.solve_sylvester")
-_sylvester.batched_vjp = True
 
 
 def _sylvester_jvp(tangents, ans, args, params):
@@ -197,8 +194,11 @@ def _sylvester_batch(prim, vals, batched, params, size):
     return prim(*(_la_prims._pad_batched(v, rank) if b else v for v, b in zip(vals, batched)))
 
 
-_sylvester.fused_jvp = _sylvester_jvp
-_sylvester.batch = _sylvester_batch
+_sylvester = defprim(_sylvester_impl, (
+    lambda g, ans, a, b, q: unbroadcast(-(_syl_adjoint(g, a, b) @ _t(ans)), a),
+    lambda g, ans, a, b, q: unbroadcast(-(_t(ans) @ _syl_adjoint(g, a, b)), b),
+    lambda g, ans, a, b, q: unbroadcast(_syl_adjoint(g, a, b), q)), name="scipy.linalg.solve_sylvester",
+                     batched_vjp=True, fused_jvp=_sylvester_jvp, batch=one_batch_axis(_sylvester_batch))
 
 
 def solve_sylvester(a, b, q):
@@ -222,5 +222,4 @@ def _sqrtm_matrix(a):
 
 sqrtm = defprim(_sqrtm_impl, lambda g, ans, a: _sylvester(_t(ans), _t(ans), g), name="scipy.linalg.sqrtm",
                jvp=lambda t, ans, a: _sylvester(ans, ans, t),  # X dX + dX X = dA
-               batch=_la_prims.stacked_batch)
-sqrtm.batched_vjp = True
+               batch=one_batch_axis(_la_prims.stacked_batch), batched_vjp=True)

@@ -20,6 +20,7 @@ import scipy.signal as _sig
 
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
+from ..primitives._batching import one_batch_axis
 from ..primitives._table import defprim
 from ..primitives.contractions import einsum
 from ..primitives.shape import getitem, pad_constant, reshape
@@ -91,8 +92,8 @@ def _batch_full(prim, vals, batched, params, size):
 
 
 _full = defprim(_full_impl, (_conv_vjp_a, _conv_vjp_b), name="scipy.signal.convolve",  # bilinear: product rule
-                jvp=(lambda t, ans, a, b: _full(t, b), lambda t, ans, a, b: _full(a, t)), batch=_batch_full)
-_full.batched_vjp = True
+                jvp=(lambda t, ans, a, b: _full(t, b), lambda t, ans, a, b: _full(a, t)), batch=one_batch_axis(_batch_full),
+                batched_vjp=True)
 
 
 def convolve(in1, in2, mode="full", method="auto"):

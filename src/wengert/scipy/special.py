@@ -38,12 +38,8 @@ def _nonzero(x):
     return np.not_equal(x, 0)
 
 
-def _batched_vjp(*prims):
-    """Their rules are elementwise wengert operations, right on values batched by vmap: a grad
-    inside vmap records them instead of looping over the examples (tests/test_scipy.py checks each)."""
-    for prim in prims:
-        prim.batched_vjp = True
-
+# Every rule here is an elementwise product written with wengert operations: right on values batched
+# by vmap (``batched_vjp``, ``defunary``'s default; tests/test_scipy.py checks each under vmap).
 
 # --- gamma family --------------------------------------------------------------------------------
 gammaln = defunary(sc.gammaln, lambda g, ans, x: g * digamma(x), name="scipy.special.gammaln")
@@ -91,13 +87,12 @@ beta = defprim(sc.beta, (lambda g, ans, a, b: unbroadcast(g * ans * (digamma(a) 
                          lambda g, ans, a, b: unbroadcast(g * ans * (digamma(b) - digamma(a + b)), b.shape)),
                name="scipy.special.beta",
                jvp=(lambda t, ans, a, b: t * ans * (digamma(a) - digamma(a + b)),
-                    lambda t, ans, a, b: t * ans * (digamma(b) - digamma(a + b))), batch=batch_elementwise)
+                    lambda t, ans, a, b: t * ans * (digamma(b) - digamma(a + b))), batch=batch_elementwise, batched_vjp=True)
 betaln = defprim(sc.betaln, (lambda g, ans, a, b: unbroadcast(g * (digamma(a) - digamma(a + b)), a.shape),
                              lambda g, ans, a, b: unbroadcast(g * (digamma(b) - digamma(a + b)), b.shape)),
                  name="scipy.special.betaln",
                  jvp=(lambda t, ans, a, b: t * (digamma(a) - digamma(a + b)),
-                      lambda t, ans, a, b: t * (digamma(b) - digamma(a + b))), batch=batch_elementwise)
-_batched_vjp(gammaln, digamma, _polygamma, gamma, rgamma, beta, betaln)
+                      lambda t, ans, a, b: t * (digamma(b) - digamma(a + b))), batch=batch_elementwise, batched_vjp=True)
 
 
 def multigammaln(a, d):
@@ -124,17 +119,16 @@ def _beta_density(a, b, x):
 gammainc = defprim(sc.gammainc, (_no_derivative("gammainc"),
                                  lambda g, ans, a, x: unbroadcast(g * _gamma_density(a, x), x.shape)),
                    jvp=(_no_derivative("gammainc"), lambda t, ans, a, x: t * _gamma_density(a, x)),
-                   name="scipy.special.gammainc", batch=batch_elementwise)
+                   name="scipy.special.gammainc", batch=batch_elementwise, batched_vjp=True)
 gammaincc = defprim(sc.gammaincc, (_no_derivative("gammaincc"),
                                    lambda g, ans, a, x: unbroadcast(-g * _gamma_density(a, x), x.shape)),
                     jvp=(_no_derivative("gammaincc"), lambda t, ans, a, x: -t * _gamma_density(a, x)),
-                    name="scipy.special.gammaincc", batch=batch_elementwise)
+                    name="scipy.special.gammaincc", batch=batch_elementwise, batched_vjp=True)
 betainc = defprim(sc.betainc, (_no_derivative("betainc"), _no_derivative("betainc"),
                                lambda g, ans, a, b, x: unbroadcast(g * _beta_density(a, b, x), x.shape)),
                   jvp=(_no_derivative("betainc"), _no_derivative("betainc"),
                        lambda t, ans, a, b, x: t * _beta_density(a, b, x)),
-                  name="scipy.special.betainc", batch=batch_elementwise)
-_batched_vjp(gammainc, gammaincc, betainc)
+                  name="scipy.special.betainc", batch=batch_elementwise, batched_vjp=True)
 
 # --- error function and the normal distribution ----------------------------------------------------
 erf = defunary(sc.erf, lambda g, ans, x: g * (2 / _SQRT_PI) * E.exp(-x * x), name="scipy.special.erf")
@@ -152,7 +146,6 @@ log_ndtr = defunary(sc.log_ndtr, lambda g, ans, x: g * E.exp(-0.5 * x * x - ans)
 expit = defunary(sc.expit, lambda g, ans, x: g * ans * (1 - ans), name="scipy.special.expit")
 logit = defunary(sc.logit, lambda g, ans, x: g / (x * (1 - x)), name="scipy.special.logit")
 log_expit = defunary(sc.log_expit, lambda g, ans, x: g * expit(-x), name="scipy.special.log_expit")
-_batched_vjp(expit, logit, log_expit)
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -205,7 +198,6 @@ def log_softmax(x, axis=None):
 
 erfcx = defunary(sc.erfcx, lambda g, ans, x: g * (2 * x * ans - 2 / _SQRT_PI), name="scipy.special.erfcx")
 dawsn = defunary(sc.dawsn, lambda g, ans, x: g * (1 - 2 * x * ans), name="scipy.special.dawsn")
-_batched_vjp(erf, erfc, erfinv, erfcinv, ndtr, ndtri, log_ndtr, erfcx, dawsn)
 
 
 # --- x log y -----------------------------------------------------------------------------------
@@ -213,15 +205,14 @@ xlogy = defprim(sc.xlogy, (lambda g, ans, x, y: unbroadcast(g * E.log(y), x.shap
                            lambda g, ans, x, y: unbroadcast(g * F.where(_nonzero(x), x / y, 0), y.shape)),
                 jvp=(lambda t, ans, x, y: t * E.log(y),
                      lambda t, ans, x, y: t * F.where(_nonzero(x), x / y, 0)),
-                name="scipy.special.xlogy", batch=batch_elementwise)
+                name="scipy.special.xlogy", batch=batch_elementwise, batched_vjp=True)
 xlog1py = defprim(sc.xlog1py, (lambda g, ans, x, y: unbroadcast(g * E.log1p(y), x.shape),
                                lambda g, ans, x, y: unbroadcast(g * F.where(_nonzero(x), x / (1 + y), 0),
                                                                 y.shape)),
                   jvp=(lambda t, ans, x, y: t * E.log1p(y),
                        lambda t, ans, x, y: t * F.where(_nonzero(x), x / (1 + y), 0)),
-                  name="scipy.special.xlog1py", batch=batch_elementwise)
+                  name="scipy.special.xlog1py", batch=batch_elementwise, batched_vjp=True)
 entr = defunary(sc.entr, lambda g, ans, x: g * (-1 - E.log(x)), name="scipy.special.entr")
-_batched_vjp(xlogy, xlog1py, entr)
 
 # --- Bessel functions (derivatives in x; the order v is a constant) ------------------------------
 i0 = defunary(sc.i0, lambda g, ans, x: g * i1(x), name="scipy.special.i0")
@@ -261,7 +252,7 @@ def _bessel(impl, name, d):
     refuse = _no_derivative(name)
     return defprim(impl, (refuse, lambda g, ans, v, x: unbroadcast(g * d(ans, v, x), x.shape)),
                    jvp=(refuse, lambda t, ans, v, x: t * d(ans, v, x)), name=f"scipy.special.{name}",
-                   batch=batch_elementwise)
+                   batch=batch_elementwise, batched_vjp=True)
 
 
 iv = _bessel(sc.iv, "iv", _d_iv)
@@ -270,7 +261,6 @@ jv = _bessel(sc.jv, "jv", _d_jv)
 kv = _bessel(sc.kv, "kv", _d_kv)
 kve = _bessel(sc.kve, "kve", _d_kve)
 yv = _bessel(sc.yv, "yv", _d_yv)
-_batched_vjp(i0, i1, i0e, i1e, iv, ive, jv, kv, kve, yv)
 
 
 # SciPy's own ufuncs on traced values (``scipy.special.gammaln(x)`` in user code) come here too

@@ -23,21 +23,19 @@ from __future__ import annotations
 
 import functools
 import operator
-import string
 import warnings
 
 import numpy as np
 
 from ..core import tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
-import threading
-
 from ..core.trace import Trace, Tracer, close_level, make_tracer, open_level, open_levels
-from ..primitives import _table
+from ..primitives._batching import NeedsLoop, broadcast_batch, concrete, pad_batched
+from ..primitives._batching import reshape as _reshape
+from ..primitives._batching import shape as _shape
+from ..primitives._registry import PRIMITIVES
 
-
-class NeedsLoop(TypeError):
-    """The batched run cannot express this; vmap falls back to one call per example."""
+__all__ = ["vmap", "batched_call", "NeedsLoop", "concrete", "FUSE"]
 
 
 def _never(trace, args, prim):  # pragma: no cover - bind calls ``process`` instead
@@ -63,13 +61,6 @@ def _recorded_by_a_tape(trace):
     return False
 
 
-class _RuleState(threading.local):
-    current = None   # the batch trace whose rule is running (this thread's)
-
-
-_CURRENT = _RuleState()
-
-
 class BatchTrace(Trace):
     """A vmap level: its tracers' values carry the batch on axis 0 (``nb`` = 1 leading batch axis)."""
 
@@ -93,9 +84,8 @@ class BatchTrace(Trace):
         batched = [False] * len(vals)
         for position, _ in parents:
             batched[position] = True
-        rule = prim.batch if prim.batch is not None else RULES.get(prim)
-        _CURRENT.current = self  # read by the indexing rule before it calls anything
-        out = NotImplemented if rule is None else rule(prim, vals, batched, params, self.size)
+        rule = prim.batch
+        out = NotImplemented if rule is None else rule(prim, vals, batched, params, self)
         if out is NotImplemented:
             if any(type(v) is Tracer and v._trace is self for v in params.values()):
                 raise NeedsLoop(f"{prim.name} with a batched parameter")
@@ -125,40 +115,20 @@ def _warn_loop(name, size):
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-def _shape(x):
-    t = type(x)
-    return x.shape if t is Tracer or t is np.ndarray else np.shape(x)
-
-
 def _ndim(x):
     return len(_shape(x))
-
-
-_PRIMS = []
-
-
-def _prims():
-    """The primitive families (contractions, elementwise, reductions, shape), imported once."""
-    if not _PRIMS:
-        from ..primitives import contractions as C
-        from ..primitives import elementwise as E
-        from ..primitives import reductions as R
-        from ..primitives import shape as S
-        _PRIMS.extend((C, E, R, S))
-    return _PRIMS
 
 
 def _take(x, i, is_batched):
     if not is_batched:
         return x
     if type(x) is Tracer:
-        return _prims()[3].getitem(x, index=i)
+        return PRIMITIVES["getitem"](x, index=i)
     return x[i]
 
 
 def _stack(outs):
-    S = _prims()[3]
-    return S.stack(*outs, axis=0)
+    return PRIMITIVES["stack"](*outs, axis=0)
 
 
 def _loop(prim, vals, batched, params, size):
@@ -166,358 +136,6 @@ def _loop(prim, vals, batched, params, size):
     if prim.multiple_results:
         return tuple(_stack([o[k] for o in outs]) for k in range(len(outs[0])))
     return _stack(outs)
-
-
-def _pad_rank(x, rank):
-    """A batched ``x`` (batch on axis 0) with ones inserted after the batch up to ``rank`` example dims."""
-    shape = _shape(x)
-    missing = rank - (len(shape) - 1)
-    if missing <= 0:
-        return x
-    return _prims()[3].reshape(x, shape=shape[:1] + (1,) * missing + tuple(shape[1:]))
-
-
-def _broadcast_batch(x, size):
-    """An unbatched ``x`` as a batched value (a broadcast view; copies happen only where written)."""
-    S = _prims()[3]
-    return S.broadcast_to(x, shape=(size,) + tuple(_shape(x)))
-
-
-def _axis(axis, nd):
-    """Shift a per-example axis (int, tuple or None = all) past the batch axis."""
-    if axis is None:
-        return tuple(range(1, nd + 1))
-    if isinstance(axis, (tuple, list)):
-        return tuple(a % nd + 1 for a in axis)
-    return axis % nd + 1
-
-
-# --- rules ---------------------------------------------------------------------------------------
-def elementwise_rule(prim, vals, batched, params, size):
-    if len(vals) == 1:
-        return prim(vals[0], **params)
-    ranks = [len(_shape(v)) - b for v, b in zip(vals, batched)]
-    rank = max(ranks)
-    new = [_pad_rank(v, rank) if b and r < rank else v for v, b, r in zip(vals, batched, ranks)]
-    return prim(*new, **params)
-
-
-def reduction_rule(prim, vals, batched, params, size):
-    (x,) = vals
-    nd = _ndim(x) - 1
-    p = dict(params)
-    if "axis" in p or prim.name in ("sum", "mean", "max", "min", "prod"):
-        p["axis"] = _axis(p.get("axis"), nd)
-    return prim(x, **p)
-
-
-def scan_rule(prim, vals, batched, params, size):
-    (x,) = vals
-    if params.get("axis") is None:
-        return NotImplemented
-    return prim(x, axis=params["axis"] % (_ndim(x) - 1) + 1)
-
-
-def axis_rule(prim, vals, batched, params, size):
-    """Operations along one axis (softmax, log_softmax, logsumexp, flip): shift it; None -> all."""
-    if prim.name.startswith("nn.") and params.get("axis") is None:
-        return NotImplemented
-    x = vals[0]
-    new = [x] + [_broadcast_batch(v, size) if (v is not None and not b and i) else v
-                 for i, (v, b) in enumerate(zip(vals[1:], batched[1:]), 1)]
-    p = dict(params)
-    p["axis"] = _axis(params.get("axis"), _ndim(x) - 1)
-    return prim(*new, **p)
-
-
-def reshape_rule(prim, vals, batched, params, size):
-    shape = params["shape"]
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    return prim(vals[0], shape=(size,) + shape)
-
-
-def transpose_rule(prim, vals, batched, params, size):
-    x = vals[0]
-    nd = _ndim(x) - 1
-    axes = params.get("axes")
-    axes = tuple(range(nd, 0, -1)) if axes is None else tuple(a % nd + 1 for a in axes)
-    return prim(x, axes=(0,) + axes)
-
-
-def broadcast_to_rule(prim, vals, batched, params, size):
-    shape = tuple(params["shape"]) if not isinstance(params["shape"], (int, np.integer)) else (params["shape"],)
-    return prim(_pad_rank(vals[0], len(shape)), shape=(size,) + shape)
-
-
-def unary_rule(prim, vals, batched, params, size):
-    return prim(*vals, **params)
-
-
-def join_rule(prim, vals, batched, params, size):
-    """concatenate / stack: unbatched operands are broadcast along the batch first."""
-    new = [v if b else _broadcast_batch(v, size) for v, b in zip(vals, batched)]
-    nd = _ndim(new[0]) - 1
-    axis = params.get("axis", 0)
-    axis = axis % (nd + 1) + 1 if prim.name == "stack" else axis % nd + 1
-    return prim(*new, axis=axis)
-
-
-def _advanced(i):
-    return isinstance(i, (np.ndarray, list)) or (type(i) is Tracer)
-
-
-def _batched_index(index):
-    """``(slice(None),) + index``, or None where NumPy would move the advanced-index axes to the
-    front (advanced indices separated by a slice: then the batch axis would not stay first) and
-    where the index differs per example (a batched tracer in it: gathered or looped instead)."""
-    if type(index) is not tuple:
-        index = (index,)
-    if _index_tracers(index):
-        return None
-    positions = [k for k, i in enumerate(index) if _advanced(i) or isinstance(i, (int, np.integer))]
-    if any(_advanced(index[k]) for k in positions) and positions and \
-            positions[-1] - positions[0] + 1 != len(positions):
-        return None
-    return (slice(None),) + index
-
-
-def _index_tracers(index):
-    return [i for i in (index if type(index) is tuple else (index,)) if type(i) is Tracer]
-
-
-def _gather_index(index, size):
-    """``x[idx, ...]`` with ``idx`` batched like ``x`` (one row of indices per example): the index
-    into the batched ``x`` that picks example b's indices from example b (take_along_axis-like)."""
-    parts = index if type(index) is tuple else (index,)
-    trace = _CURRENT.current
-    for p in parts:
-        if type(p) is Tracer and (p._trace is not trace or np.asarray(p.value).dtype == bool):
-            raise NeedsLoop("indexing with a batched boolean mask (its size differs per example)"
-                            if type(p) is Tracer and p._trace is trace else "indexing with indices batched elsewhere")
-    every_advanced = all(type(p) is Tracer or isinstance(p, (np.ndarray, list, int, np.integer)) for p in parts)
-    leading = type(parts[0]) is Tracer and all(p is Ellipsis or type(p) is slice for p in parts[1:])
-    if not (every_advanced or leading):
-        raise NeedsLoop("indexing with batched indices mixed with slices (other than x[idx, :, ...])")
-    rank = max(np.ndim(p.value) - 1 if type(p) is Tracer else np.ndim(p)
-               for p in parts if p is not Ellipsis and type(p) is not slice)
-    new = tuple(_pad_rank(p.value, rank) if type(p) is Tracer else p for p in parts)
-    rows = np.arange(size).reshape((size,) + (1,) * rank)
-    return (rows,) + new
-
-
-def getitem_rule(prim, vals, batched, params, size):
-    if _index_tracers(params["index"]):
-        index = _gather_index(params["index"], size)
-        x = vals[0] if batched[0] else _broadcast_batch(vals[0], size)
-        return prim(x, index=index)
-    index = _batched_index(params["index"])
-    if index is None:
-        return NotImplemented
-    return prim(vals[0], index=index)
-
-
-def index_add_rule(prim, vals, batched, params, size):
-    base, values = vals
-    if _index_tracers(params["index"]):   # per-example indices (getitem's VJP under a gather)
-        index = _gather_index(params["index"], size)
-        base = base if batched[0] else _broadcast_batch(base, size)
-        if not batched[1]:
-            values = _broadcast_batch(values, size)
-        return prim(base, values, index=index)
-    index = _batched_index(params["index"])
-    if index is None:
-        return NotImplemented
-    if not batched[0]:
-        base = _broadcast_batch(base, size)
-    if batched[1]:
-        target = np.zeros(tuple(_shape(base))[1:], bool)[params["index"]].shape
-        values = _pad_rank(values, len(target))
-    return prim(base, values, index=index)
-
-
-def roll_rule(prim, vals, batched, params, size):
-    x = vals[0]
-    if params.get("axis") is None:   # NumPy rolls the flattened example: flatten each, roll, restore
-        S = _prims()[3]
-        shape = tuple(_shape(x))
-        flat = S.reshape(x, shape=(shape[0], -1))
-        return S.reshape(prim(flat, shift=params["shift"], axis=1), shape=shape)
-    return prim(x, shift=params["shift"], axis=_axis(params["axis"], _ndim(x) - 1))
-
-
-def diagonal_rule(prim, vals, batched, params, size):
-    nd = _ndim(vals[0]) - 1
-    return prim(vals[0], offset=params.get("offset", 0), axis1=params.get("axis1", 0) % nd + 1,
-                axis2=params.get("axis2", 1) % nd + 1)
-
-
-def diagonal_embed_rule(prim, vals, batched, params, size):
-    shape = tuple(params["shape"])
-    nd = len(shape)
-    return prim(vals[0], shape=(size,) + shape, offset=params.get("offset", 0),
-                axis1=params.get("axis1", 0) % nd + 1, axis2=params.get("axis2", 1) % nd + 1)
-
-
-def pad_rule(prim, vals, batched, params, size):
-    p = dict(params)
-    p["pad_width"] = ((0, 0),) + tuple(tuple(w) for w in params["pad_width"])
-    return prim(vals[0], **p)
-
-
-# contractions: everything becomes one einsum with a batch letter
-def _fresh(used):
-    for c in string.ascii_letters:
-        if c not in used:
-            return c
-    raise NeedsLoop("einsum with every letter in use")
-
-
-def _einsum_batched(operands, batched, inputs, output):
-    C = _prims()[0]
-    letter = _fresh(set("".join(inputs) + output))
-    subs = [letter + s if b else s for s, b in zip(inputs, batched)]
-    return C.einsum(*operands, subscripts=",".join(subs) + "->" + letter + output)
-
-
-def einsum_rule(prim, vals, batched, params, size):
-    subscripts = params["subscripts"].replace(" ", "")
-    if "..." in subscripts or "->" not in subscripts:
-        return NotImplemented
-    inputs, output = subscripts.split("->")
-    return _einsum_batched(vals, batched, inputs.split(","), output)
-
-
-def dot_rule(prim, vals, batched, params, size):
-    a, b = vals
-    na, nb = _ndim(a) - batched[0], _ndim(b) - batched[1]
-    if na == 0 or nb == 0:
-        return elementwise_rule(_prims()[1].multiply, vals, batched, {}, size)
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    sa = [next(letters) for _ in range(na)]
-    k = sa[-1]
-    if nb == 1:
-        sb = [k]
-    else:
-        sb = [next(letters) for _ in range(nb - 2)] + [k, next(letters)]
-    out = sa[:-1] + [c for c in sb if c != k]
-    return _einsum_batched(vals, batched, ["".join(sa), "".join(sb)], "".join(out))
-
-
-def tensordot_rule(prim, vals, batched, params, size):
-    C = _prims()[0]
-    a, b = vals
-    na, nb = _ndim(a) - batched[0], _ndim(b) - batched[1]
-    axes_a, axes_b = C._tensordot_axes(params.get("axes", 2), na, nb)
-    letters = iter(string.ascii_letters)
-    sa = [next(letters) for _ in range(na)]
-    sb = [None] * nb
-    for i, j in zip(axes_a, axes_b):
-        sb[j] = sa[i]
-    sb = [c if c is not None else next(letters) for c in sb]
-    out = [c for i, c in enumerate(sa) if i not in axes_a] + [c for j, c in enumerate(sb) if j not in axes_b]
-    return _einsum_batched(vals, batched, ["".join(sa), "".join(sb)], "".join(out))
-
-
-def outer_rule(prim, vals, batched, params, size):
-    S = _prims()[3]
-    flat = [S.reshape(v, shape=(size, -1)) if b else S.reshape(v, shape=(-1,)) for v, b in zip(vals, batched)]
-    return _einsum_batched(flat, batched, ["i", "j"], "ij")
-
-
-def matmul_rule(prim, vals, batched, params, size):
-    S = _prims()[3]
-    a, b = vals
-    ba, bb = batched
-    na, nb = _ndim(a) - ba, _ndim(b) - bb
-    if na == 1 and nb == 1:
-        return _einsum_batched(vals, batched, ["i", "i"], "")
-    squeeze_a = squeeze_b = False
-    if na == 1:
-        sh = _shape(a)
-        a = S.reshape(a, shape=sh[:-1] + (1, sh[-1]))
-        na, squeeze_a = 2, True
-    if nb == 1:
-        sh = _shape(b)
-        b = S.reshape(b, shape=sh + (1,))
-        nb, squeeze_b = 2, True
-    rank = max(na, nb)
-    if ba:
-        a = _pad_rank(a, rank)
-    if bb:
-        b = _pad_rank(b, rank)
-    return _drop_vector_axes(prim(a, b), squeeze_a, squeeze_b)
-
-
-def _drop_vector_axes(out, squeeze_a, squeeze_b):
-    """A matmul of operands padded to matrices, with the axes the 1-d operands did not have dropped."""
-    if not (squeeze_a or squeeze_b):
-        return out
-    sh = tuple(_shape(out))
-    if squeeze_b:
-        sh = sh[:-1]
-    if squeeze_a:
-        sh = sh[:-2] + sh[-1:] if not squeeze_b else sh[:-1]
-    return _prims()[3].reshape(out, shape=sh)
-
-
-RULES = {}
-
-
-def _register():
-    from ..primitives import contractions as C
-    from ..primitives import elementwise as E
-    from ..primitives import reductions as R
-    from ..primitives import shape as S
-    from ..primitives._table import PRIMITIVES
-    for prim in list(PRIMITIVES.values()):
-        if isinstance(prim.impl, np.ufunc):
-            RULES[prim] = elementwise_rule
-    RULES.update({
-        E.where: elementwise_rule, E.clip: elementwise_rule, E.power: elementwise_rule,
-        R.sum_: reduction_rule, R.mean: reduction_rule, R.max_: reduction_rule, R.min_: reduction_rule, R.prod: reduction_rule,
-        R.cumsum: scan_rule, R.cumprod: scan_rule,
-        S.reshape: reshape_rule, S.transpose: transpose_rule, S.broadcast_to: broadcast_to_rule,
-        S.astype: unary_rule, S.concatenate: join_rule, S.stack: join_rule,
-        S.getitem: getitem_rule, S.index_add: index_add_rule,
-        S.flip: axis_rule, S.roll: roll_rule, S.diagonal: diagonal_rule,
-        S.diagonal_embed: diagonal_embed_rule, S.pad_constant: pad_rule,
-        C.matmul: matmul_rule, C.dot: dot_rule, C.tensordot: tensordot_rule, C.outer: outer_rule,
-        C.einsum: einsum_rule,
-    })
-    _mark_batched_vjps()
-    try:
-        from ..primitives import nn as N
-    except ImportError:  # pragma: no cover
-        return
-    for name in ("sigmoid", "log_sigmoid", "softplus", "silu", "relu", "erf", "gelu", "gelu_tanh"):
-        p = getattr(N, name, None)
-        if p is not None:
-            RULES[p] = elementwise_rule
-    for name in ("softmax", "log_softmax"):
-        p = getattr(N, name, None)
-        if p is not None:
-            RULES[p] = axis_rule
-
-
-def _mark_batched_vjps():
-    """The core families' primitives whose VJP rules are checked on batched values (a ``grad`` inside
-    vmap of every row of the gradient table, tests/test_vmap.py, and the writes of
-    tests/test_mutation.py): a tape inside vmap records them. The other families (nn, linalg, fft,
-    scipy) flag theirs where they are declared, each with its tests. Left out: the tape entries of
-    in-place writes and Buffer snapshots, which never reach a batch level's ``process`` (their
-    rules read plain memory)."""
-    from ..core.trace import Primitive
-    from ..primitives import complex as X
-    from ..primitives import contractions as C
-    from ..primitives import elementwise as E
-    from ..primitives import reductions as R
-    from ..primitives import scatter as W
-    from ..primitives import shape as S
-    left_out = {W.write, W.buffer_snapshot}
-    for module in (E, X, R, S, C, W):
-        for value in vars(module).values():
-            if isinstance(value, Primitive) and value not in left_out:
-                value.batched_vjp = True
 
 
 # --- functions without a derivative (comparisons, argmax, floor, ...) ---------------------------
@@ -564,7 +182,7 @@ def _nondiff_batched(call, fn, args, kwargs):
     if (isinstance(fn, np.ufunc) or fn in _ELEMENTWISE_PLAIN or getattr(fn, "elementwise", False)) \
             and not any(b for _, b in kw_pairs.values()):
         rank = max((_ndim(v) - nb * b for v, b in pairs), default=0)
-        new = [_pad_at(v, nb, rank - (_ndim(v) - nb)) if b else v for v, b in pairs]
+        new = [pad_batched(v, nb, rank - (_ndim(v) - nb)) if b else v for v, b in pairs]
         out = call(*new, **{k: v for k, (v, _) in kw_pairs.items()})
     elif nb > 1:
         raise _Unfuse(getattr(fn, "__name__", "a function"))
@@ -579,15 +197,6 @@ def _nondiff_batched(call, fn, args, kwargs):
             raise NeedsLoop(f"{getattr(fn, '__name__', 'a function')} returns arrays of different shapes per example")
         out = _stack(outs)
     return _wrap(out, trace)
-
-
-def concrete(x):
-    """``x``'s plain value for Python (bool, float, int, item); refused when it is batched."""
-    while type(x) is Tracer:
-        if x._trace.hidden_axes:
-            raise NeedsLoop("a batched value is used as a Python value (if/while, float(), int(), .item())")
-        x = x.value
-    return x
 
 
 # --- fused nested vmaps ----------------------------------------------------------------------------
@@ -632,12 +241,12 @@ class FusedBatchTrace(BatchTrace):
         if self.stack[-1] is not self and not prim.batched_vjp and _recorded_by_a_tape(self):
             raise NeedsLoop(f"a transform (grad, jvp, ...) inside the vmapped function "
                             f"differentiates batched values ({prim.name})")
-        rule = FUSED_RULES.get(prim)
+        rule = prim.batch
         if rule is None:
-            rule = _fused_rule_of(prim)
+            raise _Unfuse(prim.name)
         n = len(vals)
         if n == 1:   # the operand is this level's own (bind unwrapped it)
-            out = rule(prim, vals, _ONE, params, self.nb)
+            out = rule(prim, vals, _ONE, params, self)
         else:
             batched = [False] * n
             for position, _ in parents:
@@ -648,7 +257,7 @@ class FusedBatchTrace(BatchTrace):
                 if type(v) is Tracer and v._trace in chain:
                     vals[i] = _lift(v, self)
                     batched[i] = True
-            out = rule(prim, vals, batched, params, self.nb)
+            out = rule(prim, vals, batched, params, self)
         if out is NotImplemented:
             raise _Unfuse(prim.name)
         if prim.multiple_results:
@@ -672,24 +281,8 @@ def _fused_class(nb):
     return cls
 
 
-def _reshape(x, shape):
-    """The reshape primitive; a plain array directly (the same NumPy call, without the dispatch)."""
-    return x.reshape(shape) if type(x) is np.ndarray else _prims()[3].reshape(x, shape=shape)
-
-
-def _transpose(x, axes):
-    return x.transpose(axes) if type(x) is np.ndarray else _prims()[3].transpose(x, axes=axes)
-
-
 def _broadcast_to(x, shape):
-    return np.broadcast_to(x, shape) if type(x) is np.ndarray else _prims()[3].broadcast_to(x, shape=shape)
-
-
-def _matmul(x, y):
-    """The matmul primitive; plain arrays straight to its impl."""
-    if type(x) is np.ndarray and type(y) is np.ndarray:
-        return _prims()[0].matmul.impl(x, y)
-    return _prims()[0].matmul(x, y)
+    return np.broadcast_to(x, shape) if type(x) is np.ndarray else PRIMITIVES["broadcast_to"](x, shape=shape)
 
 
 def _lift(v, trace):
@@ -755,299 +348,6 @@ def _run_fused(f, flat, size, out_axes, parent):
     return result[0] if treedef is tree.LEAF else tree.unflatten(treedef, result)
 
 
-def _pad_at(x, nb, missing):
-    """``x`` with ``missing`` ones inserted after its ``nb`` batch axes."""
-    if missing <= 0:
-        return x
-    sh = tuple(_shape(x))
-    return _reshape(x, shape=sh[:nb] + (1,) * missing + sh[nb:])
-
-
-def _axis_nb(axis, nd, nb):
-    if axis is None:
-        return tuple(range(nb, nb + nd))
-    if isinstance(axis, (tuple, list)):
-        return tuple(a % nd + nb for a in axis)
-    return axis % nd + nb
-
-
-_SCALARS = (int, float)
-
-
-def f_elementwise_rule(prim, vals, batched, params, nb):
-    # plain arrays go to ``prim.impl`` directly: what ``prim(...)`` does for them, one call less
-    if len(vals) == 1:
-        x = vals[0]
-        return prim.impl(x, **params) if type(x) is np.ndarray else prim(x, **params)
-    if len(vals) == 2:
-        x, y = vals
-        tx, ty = type(x), type(y)
-        if ty in _SCALARS or tx in _SCALARS or (batched[0] and batched[1] and len(_shape(x)) == len(_shape(y))):
-            # x ** 2, 1 / x, or equal ranks: nothing to align
-            if tx is not Tracer and ty is not Tracer:
-                return prim.impl(x, y, **params)
-            return prim(x, y, **params)
-    ranks = [len(_shape(v)) - (nb if b else 0) for v, b in zip(vals, batched)]
-    rank = max(ranks)
-    new = [_pad_at(v, nb, rank - r) if b and r < rank else v for v, b, r in zip(vals, batched, ranks)]
-    return prim(*new, **params)
-
-
-def f_reduction_rule(prim, vals, batched, params, nb):
-    (x,) = vals
-    p = dict(params)
-    if "axis" in p or prim.name in ("sum", "mean", "max", "min", "prod"):
-        p["axis"] = _axis_nb(p.get("axis"), _ndim(x) - nb, nb)
-    return prim.impl(x, **p) if type(x) is np.ndarray else prim(x, **p)
-
-
-def f_scan_rule(prim, vals, batched, params, nb):
-    (x,) = vals
-    if params.get("axis") is None:
-        return NotImplemented
-    return prim(x, axis=params["axis"] % (_ndim(x) - nb) + nb)
-
-
-def f_axis_rule(prim, vals, batched, params, nb):
-    if prim.name.startswith("nn.") and params.get("axis") is None:
-        return NotImplemented
-    if any(v is not None for v in vals[1:]):
-        return NotImplemented
-    p = dict(params)
-    p["axis"] = _axis_nb(params.get("axis"), _ndim(vals[0]) - nb, nb)
-    return prim(*vals, **p)
-
-
-def f_reshape_rule(prim, vals, batched, params, nb):
-    shape = params["shape"]
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    return prim(vals[0], shape=tuple(_shape(vals[0]))[:nb] + shape)
-
-
-def f_transpose_rule(prim, vals, batched, params, nb):
-    x = vals[0]
-    nd = _ndim(x) - nb
-    axes = params.get("axes")
-    axes = tuple(range(nd - 1 + nb, nb - 1, -1)) if axes is None else tuple(a % nd + nb for a in axes)
-    return prim(x, axes=tuple(range(nb)) + axes)
-
-
-def f_broadcast_to_rule(prim, vals, batched, params, nb):
-    shape = tuple(params["shape"]) if not isinstance(params["shape"], (int, np.integer)) else (params["shape"],)
-    x = vals[0]
-    x = _pad_at(x, nb, len(shape) - (_ndim(x) - nb))
-    return prim(x, shape=tuple(_shape(x))[:nb] + shape)
-
-
-def f_getitem_rule(prim, vals, batched, params, nb):
-    index = _batched_index(params["index"])
-    if index is None:
-        return NotImplemented
-    return prim(vals[0], index=(slice(None),) * (nb - 1) + index)
-
-
-def _einsum_fused(operands, batched, inputs, output, nb):
-    """One einsum with a letter per batch axis; an operand of size 1 along a batch axis drops that
-    letter (einsum does not broadcast), and the output gets a 1 there when no operand has it."""
-    C, _, _, S = _prims()
-    used = set("".join(inputs) + output)
-    letters = []
-    for c in string.ascii_letters:
-        if c not in used:
-            letters.append(c)
-            if len(letters) == nb:
-                break
-    else:
-        return NotImplemented
-    present = [False] * nb
-    subs, new = [], []
-    for op, b, s in zip(operands, batched, inputs):
-        if b:
-            sh = tuple(_shape(op))
-            keep = [i for i in range(nb) if sh[i] != 1]
-            if len(keep) < nb:
-                op = _reshape(op, shape=tuple(sh[i] for i in keep) + sh[nb:])
-            for i in keep:
-                present[i] = True
-            s = "".join(letters[i] for i in keep) + s
-        subs.append(s)
-        new.append(op)
-    lead = "".join(c for c, p in zip(letters, present) if p)
-    if len(new) == 2 and batched[0] and batched[1] and output == "" and len(inputs[0]) == 1 \
-            and inputs[0] == inputs[1]:
-        out = _dot_as_matmul(new, subs, lead)
-        if out is not None:
-            return out if len(lead) == nb else _unsqueeze(out, lead, present, nb)
-    out = C.einsum(*new, subscripts=",".join(subs) + "->" + lead + output)
-    return out if len(lead) == nb else _unsqueeze(out, lead, present, nb)
-
-
-def _unsqueeze(out, lead, present, nb):
-    sh = tuple(_shape(out))
-    it = iter(sh[:len(lead)])
-    return _reshape(out, shape=tuple(next(it) if p else 1 for p in present) + sh[len(lead):])
-
-
-# NumPy's matmul runs one small product per batch item: faster than einsum's loop for a few
-# items (seed 000: 16 items of (4, 64) @ (64, 16), 20 us against 80 us), slower for many (256
-# items: 700 us against 350 us).
-_MATMUL_MAX_BATCH = 64
-
-
-def _dot_as_matmul(ops, subs, lead):
-    """``einsum("XAk,XBk->XAB")`` (X: batch letters of both, A, B: at most one of either alone) as a
-    matmul, which uses BLAS where einsum loops: the pairwise dot products of nested vmaps. None
-    when the letters are not in that order."""
-    s0, s1 = subs[0][:-1], subs[1][:-1]
-    common = "".join(c for c in s0 if c in s1)
-    a0, a1 = s0[len(common):], s1[len(common):]
-    if s0[:len(common)] != common or s1[:len(common)] != common or len(a0) > 1 or len(a1) > 1:
-        return None
-    C = _prims()[0]
-    x, y = ops
-    if lead == common + a0 + a1:
-        first, second, ex_first, ex_second = x, y, a0, a1
-    elif lead == common + a1 + a0:
-        first, second, ex_first, ex_second = y, x, a1, a0
-    else:
-        return None
-    k = len(common)
-    items = 1
-    for n in _shape(first)[:k]:
-        items *= n
-    if items > _MATMUL_MAX_BATCH:
-        return None
-    if not ex_first:   # (X, k) -> (X, 1, k)
-        sh = tuple(_shape(first))
-        first = _reshape(first, shape=sh[:k] + (1,) + sh[k:])
-    if ex_second:      # (X, B, k) -> (X, k, B)
-        second = _transpose(second, axes=tuple(range(k)) + (k + 1, k))
-    else:              # (X, k) -> (X, k, 1)
-        sh = tuple(_shape(second))
-        second = _reshape(second, shape=sh + (1,))
-    out = C.matmul(first, second)
-    sh = tuple(_shape(out))
-    drop = sh[:k] + ((sh[k],) if ex_first else ()) + ((sh[k + 1],) if ex_second else ())
-    return out if drop == sh else _reshape(out, shape=drop)
-
-
-def f_einsum_rule(prim, vals, batched, params, nb):
-    subscripts = params["subscripts"].replace(" ", "")
-    if "..." in subscripts or "->" not in subscripts:
-        return NotImplemented
-    inputs, output = subscripts.split("->")
-    return _einsum_fused(vals, batched, inputs.split(","), output, nb)
-
-
-def _vdot(x, y, nb):
-    """dot of two batched vectors as one matmul: the batch axes both have lead, then (at most) one
-    of each alone, e.g. (B, 1, N, W) . (B, R, 1, W) -> (B, R, N) = (B, R, W) @ (B, W, N). None for
-    other patterns (and for many batch items, see _MATMUL_MAX_BATCH)."""
-    sx, sy = _shape(x), _shape(y)
-    common = 0
-    while common < nb and sx[common] != 1 and sy[common] != 1:
-        common += 1
-    rest = nb - common
-    if rest > 2 or rest == 0:
-        return None
-    items = 1
-    for n in sx[:common]:
-        items *= n
-    if items > _MATMUL_MAX_BATCH:
-        return None
-    w = sx[-1]
-    if rest == 1:   # one exclusive axis: (C, M, W) @ (C, W, 1), or the other way round
-        if sx[common] != 1 and sy[common] == 1:
-            first, second = x, y
-        elif sy[common] != 1 and sx[common] == 1:
-            first, second = y, x
-        else:
-            return None
-        lead = _shape(first)[:nb]
-        first = _reshape(first, lead + (w,))
-        second = _reshape(second, _shape(second)[:common] + (w, 1))
-        return _reshape(_matmul(first, second), lead)
-    # two: the first is one operand's only, the second the other's
-    if sx[common] != 1 and sx[common + 1] == 1 and sy[common] == 1 and sy[common + 1] != 1:
-        first, second = x, y
-    elif sy[common] != 1 and sy[common + 1] == 1 and sx[common] == 1 and sx[common + 1] != 1:
-        first, second = y, x
-    else:
-        return None
-    sf, ss = _shape(first), _shape(second)
-    first = _reshape(first, sf[:common + 1] + (w,))
-    second = _reshape(second, ss[:common] + ss[common + 1:])
-    second = _transpose(second, tuple(range(common)) + (common + 1, common))
-    return _matmul(first, second)
-
-
-def f_dot_rule(prim, vals, batched, params, nb):
-    a, b = vals
-    na, nb_ = _ndim(a) - nb * batched[0], _ndim(b) - nb * batched[1]
-    if na == 1 and nb_ == 1 and batched[0] and batched[1]:
-        out = _vdot(a, b, nb)
-        if out is not None:
-            return out
-    if na == 0 or nb_ == 0:
-        return f_elementwise_rule(_prims()[1].multiply, vals, batched, {}, nb)
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    sa = [next(letters) for _ in range(na)]
-    k = sa[-1]
-    sb = [k] if nb_ == 1 else [next(letters) for _ in range(nb_ - 2)] + [k, next(letters)]
-    out = sa[:-1] + [c for c in sb if c != k]
-    return _einsum_fused(vals, batched, ["".join(sa), "".join(sb)], "".join(out), nb)
-
-
-def f_tensordot_rule(prim, vals, batched, params, nb):
-    C = _prims()[0]
-    a, b = vals
-    na, nb_ = _ndim(a) - nb * batched[0], _ndim(b) - nb * batched[1]
-    axes_a, axes_b = C._tensordot_axes(params.get("axes", 2), na, nb_)
-    letters = iter(string.ascii_letters)
-    sa = [next(letters) for _ in range(na)]
-    sb = [None] * nb_
-    for i, j in zip(axes_a, axes_b):
-        sb[j] = sa[i]
-    sb = [c if c is not None else next(letters) for c in sb]
-    out = [c for i, c in enumerate(sa) if i not in axes_a] + [c for j, c in enumerate(sb) if j not in axes_b]
-    return _einsum_fused(vals, batched, ["".join(sa), "".join(sb)], "".join(out), nb)
-
-
-def f_matmul_rule(prim, vals, batched, params, nb):
-    a, b = vals
-    ba, bb = batched
-    na, nb_ = _ndim(a) - nb * ba, _ndim(b) - nb * bb
-    if na == 1 and nb_ == 1:
-        return _einsum_fused(vals, batched, ["i", "i"], "", nb)
-    squeeze_a = squeeze_b = False
-    if na == 1:
-        sh = tuple(_shape(a))
-        a = _reshape(a, shape=sh[:-1] + (1, sh[-1]))
-        na, squeeze_a = 2, True
-    if nb_ == 1:
-        sh = tuple(_shape(b))
-        b = _reshape(b, shape=sh + (1,))
-        nb_, squeeze_b = 2, True
-    rank = max(na, nb_)
-    if ba:
-        a = _pad_at(a, nb, rank - na)
-    if bb:
-        b = _pad_at(b, nb, rank - nb_)
-    return _drop_vector_axes(prim(a, b), squeeze_a, squeeze_b)
-
-
-def f_unary_rule(prim, vals, batched, params, nb):
-    return prim(*vals, **params)
-
-
-FUSED_RULES = {}
-_FUSED_OF = {elementwise_rule: f_elementwise_rule, reduction_rule: f_reduction_rule, scan_rule: f_scan_rule,
-             axis_rule: f_axis_rule, reshape_rule: f_reshape_rule, transpose_rule: f_transpose_rule,
-             broadcast_to_rule: f_broadcast_to_rule, getitem_rule: f_getitem_rule, einsum_rule: f_einsum_rule,
-             dot_rule: f_dot_rule, tensordot_rule: f_tensordot_rule, matmul_rule: f_matmul_rule,
-             unary_rule: f_unary_rule}
-
-
 # --- vmap ----------------------------------------------------------------------------------------
 def _axis_at(axes, path, what):
     """The axis for the leaf at ``path`` in a pytree of axes; an int or None covers a whole subtree."""
@@ -1085,7 +385,7 @@ def _move(x, source, dest):
         return x.transpose(order)
     order = list(range(len(x.shape)))
     order.insert(dest, order.pop(source))
-    return _prims()[3].transpose(x, axes=tuple(order))
+    return PRIMITIVES["transpose"](x, axes=tuple(order))
 
 
 def vmap(f, in_axes=0, out_axes=0):
@@ -1374,7 +674,7 @@ def _finish(out, trace, size, out_axes):
             if ax is None:
                 result.append(leaf)
                 continue
-            value = _broadcast_batch(leaf, size) if type(leaf) is Tracer else \
+            value = broadcast_batch(leaf, size) if type(leaf) is Tracer else \
                 np.broadcast_to(leaf, (size,) + np.shape(leaf)).copy()
         if ax is None:
             raise ValueError("vmap: out_axes is None for an output that depends on the batch")
@@ -1412,18 +712,3 @@ def _run_loop(f, flat, size, out_axes):
 def _index_axis(x, axis, i):
     index = (slice(None),) * axis + (i,)
     return x[index]
-
-
-def _fused_rule_of(prim):
-    """The fused rule of a primitive met for the first time at a fused level (declared after this
-    module was imported, e.g. scipy.special's, with ``batch=batch_elementwise``), or _Unfuse."""
-    if prim.batch is _table.batch_elementwise:
-        FUSED_RULES[prim] = f_elementwise_rule
-        return f_elementwise_rule
-    raise _Unfuse(prim.name)
-
-
-_register()
-# a primitive's own batch rule replaces RULES' entry, so the fused rule follows the batch rule
-FUSED_RULES.update({p: _FUSED_OF[r] for p, r in RULES.items() if r in _FUSED_OF
-                    and (p.batch is None or p.batch is _table.batch_elementwise)})

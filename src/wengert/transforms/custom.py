@@ -28,6 +28,7 @@ from ..config import config
 from ..core import tree
 from ..core.errors import WengertError
 from ..core.trace import Primitive, Tracer, bind, dtype_of, open_levels, shape_of, unbox
+from ..primitives._batching import NeedsLoop, one_batch_axis
 
 
 class CustomGradientError(WengertError, ValueError):
@@ -112,7 +113,6 @@ def _custom_batch_rule(prim, vals, batched, params, size):
     fn, in_def, nondiff = params["spec"]
     if isinstance(fn, op):
         if any(type(v) is Tracer for v in vals):   # differentiated too: per example, whole function
-            from .batching import NeedsLoop
             raise NeedsLoop(f"{fn._describe()} is plain NumPy, so it cannot take a batch and be differentiated")
         return NotImplemented                      # per example, this call only
     out_def = [None]
@@ -169,9 +169,10 @@ class _CustomPrimitive(Primitive):
 
     __slots__ = ()
 
-    def __init__(self, name):
+    def __init__(self, name, batched_vjp):
         super().__init__(name, _custom_impl, multiple_results=True, fused_vjp=_custom_vjp_rule,
-                         fused_jvp=_custom_jvp_rule, batch=_custom_batch_rule)
+                         fused_jvp=_custom_jvp_rule, batch=one_batch_axis(_custom_batch_rule),
+                         batched_vjp=batched_vjp)
         self.value_args = ()
         self.drop_count(0)
 
@@ -209,10 +210,9 @@ class _Custom:
         self.fun = fun
         self.nondiff_argnums = tuple(sorted(int(i) for i in nondiff_argnums))
         self._nondiff_set = frozenset(self.nondiff_argnums)
-        self._prim = _CustomPrimitive(getattr(fun, "__name__", "custom"))
         # a custom_vjp's bwd, written with wengert.numpy, runs on vmap's batched values as any
         # wengert.numpy code does (JAX traces it under vmap too); op's plain-NumPy pullback cannot
-        self._prim.batched_vjp = not isinstance(self, op)
+        self._prim = _CustomPrimitive(getattr(fun, "__name__", "custom"), batched_vjp=not isinstance(self, op))
         self._checked = set()
         self._fwd_checked = set()   # argument signatures whose fwd output was checked
 
