@@ -20,7 +20,23 @@ __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", 
            "erf", "erfc", "erfinv", "erfcinv", "ndtr", "ndtri", "log_ndtr", "expit", "logit",
            "log_expit", "logsumexp", "xlogy", "xlog1py", "i0", "i1", "i0e", "i1e", "iv", "ive", "jv",
            "yv", "kv", "kve", "multigammaln", "gammainc", "gammaincc", "betainc", "entr", "softmax",
-           "log_softmax", "erfcx", "dawsn"]
+           "log_softmax", "erfcx", "dawsn",
+           # the survey of the rest of scipy.special (docs/scipy.md)
+           "j0", "j1", "y0", "y1", "k0", "k1", "k0e", "k1e", "jn", "yn", "kn", "hankel1", "hankel2",
+           "struve", "modstruve", "ivp", "jvp", "kvp", "yvp", "h1vp", "h2vp", "spherical_jn",
+           "spherical_yn", "spherical_in", "spherical_kn", "exp2", "exp10", "expm1", "log1p", "cbrt",
+           "cosm1", "sindg", "cosdg", "tandg", "cotdg", "powm1", "radian", "erfi", "exp1", "expi", "expn",
+           "spence", "wrightomega", "wofz", "ndtri_exp", "loggamma", "lambertw", "zeta", "hyp0f1",
+           "hyp1f1", "hyperu", "hyp2f1", "ellipk", "ellipe", "ellipkm1", "ellipkinc", "ellipeinc",
+           "poch", "binom", "rel_entr", "kl_div", "owens_t", "huber", "pseudo_huber", "boxcox",
+           "boxcox1p", "inv_boxcox", "inv_boxcox1p", "sici", "fresnel", "airy", "itairy", "iti0k0",
+           "it2i0k0", "itj0y0", "it2j0y0", "itstruve0", "it2struve0", "itmodstruve0", "chdtr",
+           "chdtrc", "chdtri", "stdtr", "stdtrit", "fdtr", "fdtrc", "fdtri", "gdtr", "gdtrc", "pdtr",
+           "pdtrc", "pdtri", "bdtr", "bdtrc", "bdtri", "nbdtr", "nbdtrc", "nbdtri", "gammaincinv",
+           "gammainccinv", "betaincc", "betaincinv", "betainccinv", "eval_gegenbauer", "eval_legendre",
+           "eval_chebyu", "eval_chebyt", "eval_chebys", "eval_chebyc", "eval_sh_legendre", "eval_sh_chebyt",
+           "eval_sh_chebyu", "eval_hermite", "eval_hermitenorm", "eval_genlaguerre", "eval_laguerre",
+           "eval_jacobi", "gdtrix"] + (["softplus"] if hasattr(sc, "softplus") else [])
 
 _SQRT_PI = np.sqrt(np.pi)
 _SQRT_2PI = np.sqrt(2 * np.pi)
@@ -261,6 +277,453 @@ jv = _bessel(sc.jv, "jv", _d_jv)
 kv = _bessel(sc.kv, "kv", _d_kv)
 kve = _bessel(sc.kve, "kve", _d_kve)
 yv = _bessel(sc.yv, "yv", _d_yv)
+
+
+# --- the rest of scipy.special with closed-form derivatives (docs/scipy.md) ----------------------
+def _in_last(impl, name, d, arity):
+    """``f(p_1, ..., x)`` differentiable in its last argument only, ``d(ans, p_1, ..., x)`` its
+    derivative there; the other arguments (orders, integer counts, shape parameters) are refused in
+    both modes rather than given a silent zero."""
+    refuse = _no_derivative(name)
+    if arity == 2:
+        vjp = (refuse, lambda g, ans, a, x: unbroadcast(g * d(ans, a, x), x.shape))
+        jvp = (refuse, lambda t, ans, a, x: t * d(ans, a, x))
+    elif arity == 3:
+        vjp = (refuse, refuse, lambda g, ans, a, b, x: unbroadcast(g * d(ans, a, b, x), x.shape))
+        jvp = (refuse, refuse, lambda t, ans, a, b, x: t * d(ans, a, b, x))
+    else:
+        vjp = (refuse, refuse, refuse, lambda g, ans, a, b, c, x: unbroadcast(g * d(ans, a, b, c, x), x.shape))
+        jvp = (refuse, refuse, refuse, lambda t, ans, a, b, c, x: t * d(ans, a, b, c, x))
+    return defprim(impl, vjp, jvp=jvp, name=f"scipy.special.{name}", batch=batch_elementwise)
+
+
+def _both(impl, name, da, db):
+    """``f(a, b)`` differentiable in both arguments; ``da(ans, a, b)`` and ``db(ans, a, b)``."""
+    return defprim(impl, (lambda g, ans, a, b: unbroadcast(g * da(ans, a, b), a.shape),
+                          lambda g, ans, a, b: unbroadcast(g * db(ans, a, b), b.shape)),
+                   jvp=(lambda t, ans, a, b: t * da(ans, a, b), lambda t, ans, a, b: t * db(ans, a, b)),
+                   name=f"scipy.special.{name}", batch=batch_elementwise)
+
+
+_LN10, _LN2, _DEG = np.log(10.0), np.log(2.0), np.pi / 180
+
+# Bessel functions of integer order and their scaled forms
+j0 = defunary(sc.j0, lambda g, ans, x: -g * j1(x), name="scipy.special.j0")
+j1 = defunary(sc.j1, lambda g, ans, x: g * 0.5 * (j0(x) - jv(2, x)), name="scipy.special.j1")
+y0 = defunary(sc.y0, lambda g, ans, x: -g * y1(x), name="scipy.special.y0")
+y1 = defunary(sc.y1, lambda g, ans, x: g * 0.5 * (y0(x) - yv(2, x)), name="scipy.special.y1")
+k0 = defunary(sc.k0, lambda g, ans, x: -g * k1(x), name="scipy.special.k0")
+k1 = defunary(sc.k1, lambda g, ans, x: -g * 0.5 * (k0(x) + kv(2, x)), name="scipy.special.k1")
+k0e = defunary(sc.k0e, lambda g, ans, x: g * (ans - k1e(x)), name="scipy.special.k0e")
+k1e = defunary(sc.k1e, lambda g, ans, x: g * (ans - 0.5 * (k0e(x) + kve(2, x))), name="scipy.special.k1e")
+jn, yn = jv, yv   # SciPy's aliases for integer orders
+kn = _in_last(sc.kn, "kn", lambda ans, n, x: -0.5 * (kn(n - 1, x) + kn(n + 1, x)), 2)
+hankel1 = _in_last(sc.hankel1, "hankel1", lambda ans, v, x: 0.5 * (hankel1(v - 1, x) - hankel1(v + 1, x)), 2)
+hankel2 = _in_last(sc.hankel2, "hankel2", lambda ans, v, x: 0.5 * (hankel2(v - 1, x) - hankel2(v + 1, x)), 2)
+
+
+def _struve_term(v, x):
+    return (x / 2) ** v / (_SQRT_PI * gamma(v + 1.5))
+
+
+struve = _in_last(sc.struve, "struve",
+                  lambda ans, v, x: 0.5 * (struve(v - 1, x) - struve(v + 1, x) + _struve_term(v, x)), 2)
+modstruve = _in_last(sc.modstruve, "modstruve",
+                     lambda ans, v, x: 0.5 * (modstruve(v - 1, x) + modstruve(v + 1, x) + _struve_term(v, x)), 2)
+
+
+# derivatives of Bessel functions: d/dz of the n-th derivative is the (n+1)-th
+def _derivative_of(fn, name):
+    def impl(v, z, n):
+        return fn(v, z, n)
+
+    prim = defprim(impl, (_no_derivative(name), lambda g, ans, v, z, n: unbroadcast(g * prim(v, z, n=n + 1), z.shape)),
+                   jvp=(_no_derivative(name), lambda t, ans, v, z, n: t * prim(v, z, n=n + 1)),
+                   name=f"scipy.special.{name}", batch=batch_elementwise)
+
+    def public(v, z, n=1):
+        if type(v) is not Tracer and type(z) is not Tracer:
+            return fn(v, z, n)
+        return prim(v, z, n=int(n))
+
+    public.__name__ = name
+    public.__doc__ = f"``scipy.special.{name}(v, z, n=1)``: differentiable in ``z``."
+    return public
+
+
+ivp, jvp, kvp, yvp = (_derivative_of(getattr(sc, n), n) for n in ("ivp", "jvp", "kvp", "yvp"))
+h1vp, h2vp = _derivative_of(sc.h1vp, "h1vp"), _derivative_of(sc.h2vp, "h2vp")
+
+
+# spherical Bessel functions: d/dz f_n = (n f_{n-1} -+ (n + 1) f_{n+1}) / (2n + 1), for f and f'
+_SPHERICAL = {"jn": (1, -1), "yn": (1, -1), "in": (1, 1), "kn": (-1, -1)}
+
+
+def _spherical_impl(n, z, kind, derivative):
+    return getattr(sc, "spherical_" + kind)(n, z, derivative)
+
+
+def _d_spherical(n, z, kind, derivative):
+    lower, upper = _SPHERICAL[kind]
+    below = _spherical(F.maximum(n - 1, 0), z, kind=kind, derivative=derivative)
+    above = _spherical(n + 1, z, kind=kind, derivative=derivative)
+    return (lower * n * below + upper * (n + 1) * above) / (2 * n + 1)
+
+
+_spherical = defprim(_spherical_impl,
+                     (_no_derivative("spherical_*n"),
+                      lambda g, ans, n, z, kind, derivative: unbroadcast(g * _d_spherical(n, z, kind, derivative), z.shape)),
+                     jvp=(_no_derivative("spherical_*n"),
+                          lambda t, ans, n, z, kind, derivative: t * _d_spherical(n, z, kind, derivative)),
+                     name="scipy.special.spherical_bessel", batch=batch_elementwise)
+
+
+def _spherical_function(kind):
+    def public(n, z, derivative=False):
+        if type(n) is not Tracer and type(z) is not Tracer:
+            return getattr(sc, "spherical_" + kind)(n, z, derivative)
+        return _spherical(n if type(n) is Tracer else np.asarray(n), z, kind=kind, derivative=bool(derivative))
+
+    public.__name__ = "spherical_" + kind
+    public.__doc__ = f"``scipy.special.spherical_{kind}(n, z, derivative=False)``: differentiable in ``z``."
+    return public
+
+
+spherical_jn, spherical_yn, spherical_in, spherical_kn = (_spherical_function(k) for k in ("jn", "yn", "in", "kn"))
+
+# exponential and trigonometric variants
+exp2 = defunary(sc.exp2, lambda g, ans, x: g * ans * _LN2, name="scipy.special.exp2")
+exp10 = defunary(sc.exp10, lambda g, ans, x: g * ans * _LN10, name="scipy.special.exp10")
+expm1 = defunary(sc.expm1, lambda g, ans, x: g * (ans + 1), name="scipy.special.expm1")
+log1p = defunary(sc.log1p, lambda g, ans, x: g / (1 + x), name="scipy.special.log1p")
+cbrt = defunary(sc.cbrt, lambda g, ans, x: g / (3 * ans * ans), name="scipy.special.cbrt")
+cosm1 = defunary(sc.cosm1, lambda g, ans, x: -g * E.sin(x), name="scipy.special.cosm1")
+sindg = defunary(sc.sindg, lambda g, ans, x: g * _DEG * cosdg(x), name="scipy.special.sindg")
+cosdg = defunary(sc.cosdg, lambda g, ans, x: -g * _DEG * sindg(x), name="scipy.special.cosdg")
+tandg = defunary(sc.tandg, lambda g, ans, x: g * _DEG * (1 + ans * ans), name="scipy.special.tandg")
+cotdg = defunary(sc.cotdg, lambda g, ans, x: -g * _DEG * (1 + ans * ans), name="scipy.special.cotdg")
+powm1 = _both(sc.powm1, "powm1", lambda ans, x, y: y * (ans + 1) / x, lambda ans, x, y: (ans + 1) * E.log(x))
+radian = defprim(sc.radian, (lambda g, ans, d, m, s: unbroadcast(g * _DEG, d.shape),
+                             lambda g, ans, d, m, s: unbroadcast(g * (_DEG / 60), m.shape),
+                             lambda g, ans, d, m, s: unbroadcast(g * (_DEG / 3600), s.shape)),
+                 jvp=(lambda t, ans, d, m, s: t * _DEG, lambda t, ans, d, m, s: t * (_DEG / 60),
+                      lambda t, ans, d, m, s: t * (_DEG / 3600)),
+                 name="scipy.special.radian", batch=batch_elementwise)
+
+# exponential integrals, error functions, Lambert W, Wright omega, Faddeeva
+erfi = defunary(sc.erfi, lambda g, ans, x: g * (2 / _SQRT_PI) * E.exp(x * x), name="scipy.special.erfi")
+exp1 = defunary(sc.exp1, lambda g, ans, x: -g * E.exp(-x) / x, name="scipy.special.exp1")
+expi = defunary(sc.expi, lambda g, ans, x: g * E.exp(x) / x, name="scipy.special.expi")
+expn = _in_last(sc.expn, "expn", lambda ans, n, x: F.where(
+    _nonzero(n), -expn(F.maximum(n - 1, 0), x), -E.exp(-x) * (x + 1) / (x * x)), 2)
+spence = defunary(sc.spence, lambda g, ans, x: g * E.log(x) / (1 - x), name="scipy.special.spence")
+wrightomega = defunary(sc.wrightomega, lambda g, ans, x: g * ans / (1 + ans), name="scipy.special.wrightomega")
+wofz = defunary(sc.wofz, lambda g, ans, x: g * (2j / _SQRT_PI - 2 * x * ans), name="scipy.special.wofz")
+ndtri_exp = defunary(sc.ndtri_exp, lambda g, ans, x: g * _SQRT_2PI * E.exp(x + 0.5 * ans * ans),
+                     name="scipy.special.ndtri_exp")
+loggamma = defunary(sc.loggamma, lambda g, ans, x: g * digamma(x), name="scipy.special.loggamma")
+_lambertw = defunary(lambda z, k, tol: sc.lambertw(z, k, tol),
+                     lambda g, ans, z, k, tol: g / ((1 + ans) * E.exp(ans)), name="scipy.special.lambertw")
+
+
+def lambertw(z, k=0, tol=1e-8):
+    """``scipy.special.lambertw``: ``W'(z) = 1 / ((1 + W) exp(W))`` on every branch ``k``."""
+    if type(z) is not Tracer:
+        return sc.lambertw(z, k, tol)
+    return _lambertw(z, k=int(k), tol=tol)
+
+
+_zeta_q = _in_last(lambda x, q: sc.zeta(x, q), "zeta", lambda ans, x, q: -x * _zeta_q(x + 1, q), 2)
+
+
+def zeta(x, q=None, out=None):
+    """``scipy.special.zeta``: the Hurwitz zeta function is differentiable in ``q``
+    (``-x zeta(x + 1, q)``); its derivative in ``x`` has no closed form and is refused."""
+    if type(x) is not Tracer and type(q) is not Tracer:
+        return sc.zeta(x, q, out=out)
+    if type(x) is Tracer:
+        raise NoDerivativeError("the derivative of scipy.special.zeta with respect to x (no closed form)")
+    return _zeta_q(np.asarray(x), q)
+
+
+# hypergeometric functions: derivatives in the variable (the parameters are refused)
+hyp0f1 = _in_last(sc.hyp0f1, "hyp0f1", lambda ans, v, x: hyp0f1(v + 1, x) / v, 2)
+hyp1f1 = _in_last(sc.hyp1f1, "hyp1f1", lambda ans, a, b, x: a / b * hyp1f1(a + 1, b + 1, x), 3)
+hyperu = _in_last(sc.hyperu, "hyperu", lambda ans, a, b, x: -a * hyperu(a + 1, b + 1, x), 3)
+hyp2f1 = _in_last(sc.hyp2f1, "hyp2f1", lambda ans, a, b, c, x: a * b / c * hyp2f1(a + 1, b + 1, c + 1, x), 4)
+
+# complete and incomplete elliptic integrals (in the parameter m, or in the amplitude phi)
+ellipk = defunary(sc.ellipk, lambda g, ans, m: g * (ellipe(m) - (1 - m) * ans) / (2 * m * (1 - m)),
+                  name="scipy.special.ellipk")
+ellipe = defunary(sc.ellipe, lambda g, ans, m: g * (ans - ellipk(m)) / (2 * m), name="scipy.special.ellipe")
+ellipkm1 = defunary(sc.ellipkm1, lambda g, ans, p: -g * (ellipe(1 - p) - p * ans) / (2 * (1 - p) * p),
+                    name="scipy.special.ellipkm1")
+
+
+def _amplitude_only(impl, name, d):
+    refuse = _no_derivative(name)
+    return defprim(impl, (lambda g, ans, phi, m: unbroadcast(g * d(phi, m), phi.shape), refuse),
+                   jvp=(lambda t, ans, phi, m: t * d(phi, m), refuse), name=f"scipy.special.{name}",
+                   batch=batch_elementwise)
+
+
+ellipkinc = _amplitude_only(sc.ellipkinc, "ellipkinc", lambda phi, m: 1 / E.sqrt(1 - m * E.sin(phi) ** 2))
+ellipeinc = _amplitude_only(sc.ellipeinc, "ellipeinc", lambda phi, m: E.sqrt(1 - m * E.sin(phi) ** 2))
+
+# functions of two arguments, both differentiable
+poch = _both(sc.poch, "poch", lambda ans, z, m: ans * (digamma(z + m) - digamma(z)),
+             lambda ans, z, m: ans * digamma(z + m))
+binom = _both(sc.binom, "binom", lambda ans, n, k: ans * (digamma(n + 1) - digamma(n - k + 1)),
+              lambda ans, n, k: ans * (digamma(n - k + 1) - digamma(k + 1)))
+rel_entr = _both(sc.rel_entr, "rel_entr", lambda ans, x, y: E.log(x / y) + 1, lambda ans, x, y: -x / y)
+kl_div = _both(sc.kl_div, "kl_div", lambda ans, x, y: E.log(x / y), lambda ans, x, y: 1 - x / y)
+owens_t = _both(sc.owens_t, "owens_t",
+                lambda ans, h, a: -E.exp(-0.5 * h * h) / (2 * _SQRT_2PI) * erf(a * h / np.sqrt(2)),
+                lambda ans, h, a: E.exp(-0.5 * h * h * (1 + a * a)) / (2 * np.pi * (1 + a * a)))
+
+
+@elementwise_constant
+def _inside_delta(delta, r):
+    """Where Huber's loss is quadratic: ``|r| <= delta``."""
+    return np.abs(r) <= delta
+
+
+huber = _both(sc.huber, "huber", lambda ans, delta, r: F.where(_inside_delta(delta, r), 0.0, F.abs(r) - delta),
+              lambda ans, delta, r: F.where(_inside_delta(delta, r), r, delta * F.sign(r)))
+pseudo_huber = _both(sc.pseudo_huber, "pseudo_huber",
+                     lambda ans, delta, r: 2 * ans / delta - r * r / (delta * E.sqrt(1 + (r / delta) ** 2)),
+                     lambda ans, delta, r: r / E.sqrt(1 + (r / delta) ** 2))
+
+# Box-Cox transforms: derivatives in the data (lambda is refused)
+boxcox = _in_last(lambda lmbda, x: sc.boxcox(x, lmbda), "boxcox", lambda ans, lmbda, x: x ** (lmbda - 1), 2)
+boxcox1p = _in_last(lambda lmbda, x: sc.boxcox1p(x, lmbda), "boxcox1p",
+                    lambda ans, lmbda, x: (1 + x) ** (lmbda - 1), 2)
+inv_boxcox = _in_last(lambda lmbda, y: sc.inv_boxcox(y, lmbda), "inv_boxcox",
+                      lambda ans, lmbda, y: ans ** (1 - lmbda), 2)
+inv_boxcox1p = _in_last(lambda lmbda, y: sc.inv_boxcox1p(y, lmbda), "inv_boxcox1p",
+                        lambda ans, lmbda, y: (ans + 1) ** (1 - lmbda), 2)
+# SciPy's order is (x, lmbda); the primitives take lmbda first so the data is the last argument
+_boxcox_prims = {"boxcox": boxcox, "boxcox1p": boxcox1p, "inv_boxcox": inv_boxcox, "inv_boxcox1p": inv_boxcox1p}
+
+
+def _data_first(name):
+    prim = _boxcox_prims[name]
+
+    def public(x, lmbda):
+        if type(x) is not Tracer and type(lmbda) is not Tracer:
+            return getattr(sc, name)(x, lmbda)
+        return prim(lmbda, x)
+
+    public.__name__ = name
+    public.__doc__ = f"``scipy.special.{name}(x, lmbda)``: differentiable in ``x``."
+    return public
+
+
+boxcox, boxcox1p, inv_boxcox, inv_boxcox1p = (_data_first(n) for n in ("boxcox", "boxcox1p", "inv_boxcox",
+                                                                        "inv_boxcox1p"))
+
+
+# functions with several outputs: one primitive per output
+def _output(fn, k, name, rule):
+    return defunary(lambda x: fn(x)[k], rule, name=f"scipy.special.{name}[{k}]")
+
+
+_si = _output(sc.sici, 0, "sici", lambda g, ans, x: g * E.sin(x) / x)
+_ci = _output(sc.sici, 1, "sici", lambda g, ans, x: g * E.cos(x) / x)
+_fresnel_s = _output(sc.fresnel, 0, "fresnel", lambda g, ans, x: g * E.sin(0.5 * np.pi * x * x))
+_fresnel_c = _output(sc.fresnel, 1, "fresnel", lambda g, ans, x: g * E.cos(0.5 * np.pi * x * x))
+_ai = _output(sc.airy, 0, "airy", lambda g, ans, x: g * _aip(x))
+_aip = _output(sc.airy, 1, "airy", lambda g, ans, x: g * x * _ai(x))
+_bi = _output(sc.airy, 2, "airy", lambda g, ans, x: g * _bip(x))
+_bip = _output(sc.airy, 3, "airy", lambda g, ans, x: g * x * _bi(x))
+_itairy = [_output(sc.itairy, 0, "itairy", lambda g, ans, x: g * _ai(x)),
+           _output(sc.itairy, 1, "itairy", lambda g, ans, x: g * _bi(x)),
+           _output(sc.itairy, 2, "itairy", lambda g, ans, x: g * _ai(-x)),
+           _output(sc.itairy, 3, "itairy", lambda g, ans, x: g * _bi(-x))]
+_iti0k0 = [_output(sc.iti0k0, 0, "iti0k0", lambda g, ans, x: g * i0(x)),
+           _output(sc.iti0k0, 1, "iti0k0", lambda g, ans, x: g * k0(x))]
+_it2i0k0 = [_output(sc.it2i0k0, 0, "it2i0k0", lambda g, ans, x: g * (i0(x) - 1) / x),
+            _output(sc.it2i0k0, 1, "it2i0k0", lambda g, ans, x: -g * k0(x) / x)]
+_itj0y0 = [_output(sc.itj0y0, 0, "itj0y0", lambda g, ans, x: g * j0(x)),
+           _output(sc.itj0y0, 1, "itj0y0", lambda g, ans, x: g * y0(x))]
+_it2j0y0 = [_output(sc.it2j0y0, 0, "it2j0y0", lambda g, ans, x: g * (1 - j0(x)) / x),
+            _output(sc.it2j0y0, 1, "it2j0y0", lambda g, ans, x: -g * y0(x) / x)]
+itstruve0 = defunary(sc.itstruve0, lambda g, ans, x: g * struve(0, x), name="scipy.special.itstruve0")
+it2struve0 = defunary(sc.it2struve0, lambda g, ans, x: -g * struve(0, x) / x, name="scipy.special.it2struve0")
+itmodstruve0 = defunary(sc.itmodstruve0, lambda g, ans, x: g * modstruve(0, x), name="scipy.special.itmodstruve0")
+
+
+def _several(name, prims):
+    def public(x):
+        if type(x) is not Tracer:
+            return getattr(sc, name)(x)
+        return tuple(p(x) for p in prims)
+
+    public.__name__ = name
+    public.__doc__ = f"``scipy.special.{name}``: each output differentiable (one primitive per output)."
+    return public
+
+
+sici = _several("sici", [_si, _ci])
+fresnel = _several("fresnel", [_fresnel_s, _fresnel_c])
+airy = _several("airy", [_ai, _aip, _bi, _bip])
+itairy = _several("itairy", _itairy)
+iti0k0 = _several("iti0k0", _iti0k0)
+it2i0k0 = _several("it2i0k0", _it2i0k0)
+itj0y0 = _several("itj0y0", _itj0y0)
+it2j0y0 = _several("it2j0y0", _it2j0y0)
+
+
+# distribution functions of scipy.special (cdfs in the variable, inverses in the probability)
+def _chi2_density(v, x):
+    return E.exp((v / 2 - 1) * E.log(x) - x / 2 - (v / 2) * _LN2 - gammaln(v / 2))
+
+
+def _t_density(df, t):
+    return E.exp(gammaln((df + 1) / 2) - gammaln(df / 2) - 0.5 * E.log(df * np.pi)
+                 - (df + 1) / 2 * E.log1p(t * t / df))
+
+
+def _f_density(dfn, dfd, x):
+    return E.exp(0.5 * dfn * E.log(dfn / dfd) + (dfn / 2 - 1) * E.log(x)
+                 - (dfn + dfd) / 2 * E.log1p(dfn * x / dfd) - betaln(dfn / 2, dfd / 2))
+
+
+def _poisson_mass(k, m):
+    return E.exp(xlogy(F.floor(k), m) - m - gammaln(F.floor(k) + 1))
+
+
+def _binomial_density(k, n, p):   # d/dp bdtr(k, n, p) = -n C(n-1, k) p^k (1-p)^(n-1-k)
+    k = F.floor(k)
+    return n * E.exp(gammaln(n) - gammaln(k + 1) - gammaln(n - k) + xlogy(k, p) + xlog1py(n - 1 - k, -p))
+
+
+def _negbin_density(k, n, p):     # d/dp nbdtr(k, n, p) = p^(n-1) (1-p)^k / B(n, k+1)
+    k = F.floor(k)
+    return E.exp(xlogy(n - 1, p) + xlog1py(k, -p) - betaln(n, k + 1))
+
+
+chdtr = _in_last(sc.chdtr, "chdtr", lambda ans, v, x: _chi2_density(v, x), 2)
+chdtrc = _in_last(sc.chdtrc, "chdtrc", lambda ans, v, x: -_chi2_density(v, x), 2)
+chdtri = _in_last(sc.chdtri, "chdtri", lambda ans, v, p: -1 / _chi2_density(v, ans), 2)
+stdtr = _in_last(sc.stdtr, "stdtr", lambda ans, df, t: _t_density(df, t), 2)
+stdtrit = _in_last(sc.stdtrit, "stdtrit", lambda ans, df, p: 1 / _t_density(df, ans), 2)
+fdtr = _in_last(sc.fdtr, "fdtr", lambda ans, dfn, dfd, x: _f_density(dfn, dfd, x), 3)
+fdtrc = _in_last(sc.fdtrc, "fdtrc", lambda ans, dfn, dfd, x: -_f_density(dfn, dfd, x), 3)
+fdtri = _in_last(sc.fdtri, "fdtri", lambda ans, dfn, dfd, p: 1 / _f_density(dfn, dfd, ans), 3)
+gdtr = _in_last(sc.gdtr, "gdtr", lambda ans, a, b, x: a * _gamma_density(b, a * x), 3)
+gdtrc = _in_last(sc.gdtrc, "gdtrc", lambda ans, a, b, x: -a * _gamma_density(b, a * x), 3)
+pdtr = _in_last(sc.pdtr, "pdtr", lambda ans, k, m: -_poisson_mass(k, m), 2)
+pdtrc = _in_last(sc.pdtrc, "pdtrc", lambda ans, k, m: _poisson_mass(k, m), 2)
+pdtri = _in_last(sc.pdtri, "pdtri", lambda ans, k, y: -1 / _poisson_mass(k, ans), 2)
+bdtr = _in_last(sc.bdtr, "bdtr", lambda ans, k, n, p: -_binomial_density(k, n, p), 3)
+bdtrc = _in_last(sc.bdtrc, "bdtrc", lambda ans, k, n, p: _binomial_density(k, n, p), 3)
+bdtri = _in_last(sc.bdtri, "bdtri", lambda ans, k, n, y: -1 / _binomial_density(k, n, ans), 3)
+nbdtr = _in_last(sc.nbdtr, "nbdtr", lambda ans, k, n, p: _negbin_density(k, n, p), 3)
+nbdtrc = _in_last(sc.nbdtrc, "nbdtrc", lambda ans, k, n, p: -_negbin_density(k, n, p), 3)
+nbdtri = _in_last(sc.nbdtri, "nbdtri", lambda ans, k, n, y: 1 / _negbin_density(k, n, ans), 3)
+gammaincinv = _in_last(sc.gammaincinv, "gammaincinv", lambda ans, a, y: 1 / _gamma_density(a, ans), 2)
+gammainccinv = _in_last(sc.gammainccinv, "gammainccinv", lambda ans, a, y: -1 / _gamma_density(a, ans), 2)
+betaincc = _in_last(sc.betaincc, "betaincc", lambda ans, a, b, x: -_beta_density(a, b, x), 3)
+betaincinv = _in_last(sc.betaincinv, "betaincinv", lambda ans, a, b, y: 1 / _beta_density(a, b, ans), 3)
+betainccinv = _in_last(sc.betainccinv, "betainccinv", lambda ans, a, b, y: -1 / _beta_density(a, b, ans), 3)
+
+
+# orthogonal polynomials: derivatives in x (degree and parameters are constants), each one degree
+# lower in a related family; the degree n - 1 is clamped at 0 where the factor vanishes for n = 0
+@elementwise_constant
+def _positive(n):
+    return (np.asarray(n) > 0).astype(float)
+
+
+def _below(n):
+    return F.maximum(n - 1, 0)
+
+
+eval_gegenbauer = _in_last(sc.eval_gegenbauer, "eval_gegenbauer", lambda ans, n, alpha, x: _positive(n) * 2 * alpha
+                           * eval_gegenbauer(_below(n), alpha + 1, x), 3)
+eval_legendre = _in_last(sc.eval_legendre, "eval_legendre",
+                         lambda ans, n, x: _positive(n) * eval_gegenbauer(_below(n), 1.5, x), 2)
+eval_chebyu = _in_last(sc.eval_chebyu, "eval_chebyu",
+                       lambda ans, n, x: _positive(n) * 2 * eval_gegenbauer(_below(n), 2.0, x), 2)
+eval_chebyt = _in_last(sc.eval_chebyt, "eval_chebyt", lambda ans, n, x: n * eval_chebyu(_below(n), x), 2)
+eval_chebys = _in_last(sc.eval_chebys, "eval_chebys",
+                       lambda ans, n, x: _positive(n) * eval_gegenbauer(_below(n), 2.0, x / 2), 2)
+eval_chebyc = _in_last(sc.eval_chebyc, "eval_chebyc", lambda ans, n, x: n * eval_chebys(_below(n), x), 2)
+eval_sh_legendre = _in_last(sc.eval_sh_legendre, "eval_sh_legendre",
+                            lambda ans, n, x: _positive(n) * 2 * eval_gegenbauer(_below(n), 1.5, 2 * x - 1), 2)
+eval_sh_chebyt = _in_last(sc.eval_sh_chebyt, "eval_sh_chebyt",
+                          lambda ans, n, x: 2 * n * eval_chebyu(_below(n), 2 * x - 1), 2)
+eval_sh_chebyu = _in_last(sc.eval_sh_chebyu, "eval_sh_chebyu",
+                          lambda ans, n, x: _positive(n) * 4 * eval_gegenbauer(_below(n), 2.0, 2 * x - 1), 2)
+eval_hermite = _in_last(sc.eval_hermite, "eval_hermite", lambda ans, n, x: 2 * n * eval_hermite(_below(n), x), 2)
+eval_hermitenorm = _in_last(sc.eval_hermitenorm, "eval_hermitenorm",
+                            lambda ans, n, x: n * eval_hermitenorm(_below(n), x), 2)
+eval_genlaguerre = _in_last(sc.eval_genlaguerre, "eval_genlaguerre", lambda ans, n, alpha, x: -_positive(n)
+                            * eval_genlaguerre(_below(n), alpha + 1, x), 3)
+eval_laguerre = _in_last(sc.eval_laguerre, "eval_laguerre",
+                         lambda ans, n, x: -_positive(n) * eval_genlaguerre(_below(n), 1.0, x), 2)
+eval_jacobi = _in_last(sc.eval_jacobi, "eval_jacobi", lambda ans, n, a, b, x: _positive(n) * (n + a + b + 1) / 2
+                       * eval_jacobi(_below(n), a + 1, b + 1, x), 4)
+
+gdtrix = _in_last(sc.gdtrix, "gdtrix", lambda ans, a, b, p: 1 / (a * _gamma_density(b, a * ans)), 3)
+
+
+# --- the names of scipy.special that are not differentiable here, and why -----------------------
+NOT_DIFFERENTIABLE = {}
+
+
+def _explain(reason, names):
+    for name in names.split():
+        NOT_DIFFERENTIABLE[name] = reason
+
+
+_explain("not a function of arrays: an error class, error-state control, or SciPy's test runner",
+         "SpecialFunctionError SpecialFunctionWarning errstate geterr seterr test")
+_explain("integer-valued or piecewise constant (combinatorics, rounding, signs): its derivative is zero "
+         "or undefined", "comb perm factorial factorial2 factorialk stirling2 bernoulli euler round gammasgn")
+_explain("zeros of a function, or quadrature nodes and weights, for an integer count: numbers indexed by "
+         "integers, with no real input to differentiate",
+         "ai_zeros bi_zeros bei_zeros beip_zeros ber_zeros berp_zeros erf_zeros fresnel_zeros fresnelc_zeros "
+         "fresnels_zeros jn_zeros jnjnp_zeros jnp_zeros jnyn_zeros kei_zeros keip_zeros kelvin_zeros "
+         "ker_zeros kerp_zeros y0_zeros y1_zeros y1p_zeros yn_zeros ynp_zeros c_roots cg_roots h_roots "
+         "he_roots j_roots js_roots l_roots la_roots p_roots ps_roots s_roots t_roots ts_roots u_roots "
+         "us_roots roots_chebyc roots_chebys roots_chebyt roots_chebyu roots_gegenbauer roots_genlaguerre "
+         "roots_hermite roots_hermitenorm roots_jacobi roots_laguerre roots_legendre roots_sh_chebyt "
+         "roots_sh_chebyu roots_sh_jacobi roots_sh_legendre")
+_explain("returns a polynomial object (orthopoly1d) for an integer degree, not values: evaluate it with "
+         "the differentiable eval_* functions",
+         "chebyc chebys chebyt chebyu gegenbauer genlaguerre hermite hermitenorm jacobi laguerre legendre "
+         "sh_chebyt sh_chebyu sh_jacobi sh_legendre")
+_explain("solves for a shape parameter or a count (df, n, k, a, b) from a probability: its derivative "
+         "needs the distribution's derivative in that parameter, which has no closed form",
+         "bdtrik bdtrin btdtria btdtrib chdtriv chndtridf chndtrinc fdtridfd gdtria gdtrib nbdtrik nbdtrin "
+         "ncfdtridfd ncfdtridfn ncfdtrinc nctdtridf nctdtrinc pdtrik stdtridf")
+_explain("a series with no closed-form derivative (in x for zetac; Kolmogorov-Smirnov and Wright's "
+         "generalized Bessel function in every argument)",
+         "zetac kolmogorov kolmogi smirnov smirnovi wright_bessel log_wright_bessel")
+_explain("Mathieu, spheroidal and parabolic cylinder functions: derivatives in the characteristic "
+         "parameters have no closed form; the derivative in the variable (SciPy's second output) is "
+         "not yet wired",
+         "mathieu_a mathieu_b mathieu_cem mathieu_sem mathieu_modcem1 mathieu_modcem2 mathieu_modsem1 "
+         "mathieu_modsem2 mathieu_even_coef mathieu_odd_coef obl_ang1 obl_ang1_cv obl_cv obl_cv_seq "
+         "obl_rad1 obl_rad1_cv obl_rad2 obl_rad2_cv pro_ang1 pro_ang1_cv pro_cv pro_cv_seq pro_rad1 "
+         "pro_rad1_cv pro_rad2 pro_rad2_cv pbdv pbvv pbwa pbdn_seq pbdv_seq pbvv_seq")
+_explain("returns the values for all orders up to n at once: not yet differentiable",
+         "lqn lqmn riccati_jn riccati_yn assoc_legendre_p_all legendre_p_all sph_harm_y_all "
+         "sph_legendre_p_all lmbda")
+_explain("not yet: a closed-form derivative exists but is not written (Kelvin functions and their "
+         "derivatives, scaled Airy and Hankel functions, Carlson and Jacobi elliptic functions, "
+         "associated Legendre and spherical harmonics, noncentral distributions, ...)",
+         "agm airye assoc_laguerre besselpoly ber bei ker kei berp beip kerp keip kelvin diric ellipj "
+         "elliprc elliprd elliprf elliprg elliprj ellip_harm ellip_harm_2 ellip_normal eval_sh_jacobi "
+         "exprel hankel1e hankel2e jve yve lpmv assoc_legendre_p legendre_p sph_legendre_p sph_harm_y "
+         "modfresnelm modfresnelp shichi tklmbda voigt_profile chndtr chndtrix ncfdtr ncfdtri nctdtr "
+         "nctdtrit nrdtrimn nrdtrisd")
+_explain("NumPy's sinc, which SciPy re-exports: use wengert.numpy.sinc", "sinc")
+
+if hasattr(sc, "softplus"):   # SciPy 1.15 and later
+    softplus = defunary(lambda x: sc.softplus(x), lambda g, ans, x: g * expit(x), name="scipy.special.softplus")
 
 
 # SciPy's own ufuncs on traced values (``scipy.special.gammaln(x)`` in user code) come here too
