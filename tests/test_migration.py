@@ -123,6 +123,14 @@ def test_jax_transform_rows(jax):
         jax.grad(one(jnp))(X)
 
 
+def test_jax_stop_gradient_row(jax):
+    def f(np_, stop):
+        return lambda x: np_.sum(x * stop(x) ** 2)
+
+    close(wg.grad(f(wnp, wg.stop_gradient))(X), jax.grad(f(jax.numpy, jax.lax.stop_gradient))(X))
+    close(wg.grad(f(wnp, wg.stop_gradient))(X), X ** 2)
+
+
 def test_jax_custom_vjp_row(jax):
     def make(decorator, np_):
         @decorator
