@@ -120,7 +120,12 @@ _TORCH_NAMES = {"absolute": "abs", "arctan2": "atan2", "remainder": "remainder",
                 "scipy.special.erfcx": "special.erfcx", "scipy.special.entr": "special.entr",
                 "scipy.special.xlog1py": "special.xlog1py", "scipy.special.log_expit": "nn.functional.logsigmoid"}
 _DOMAIN = {"arccosh": (1.2, 1.8), "scipy.special.i0": (0.2, 0.8)}
-_UNARY_SKIP = {"scipy.special.polygamma", "scipy.special.gamma", "scipy.special.rgamma"}
+_INTEGER_ARGUMENTS = ("kn", "expn", "pdtri", "bdtr", "bdtrc", "bdtri", "nbdtr", "nbdtrc", "nbdtri", "eval_hermite",
+                      "eval_hermitenorm")
+_UNARY_SKIP = {"scipy.special.polygamma", "scipy.special.gamma", "scipy.special.rgamma",
+               *(f"scipy.special.{n}" for n in ("ivp", "jvp", "kvp", "yvp", "h1vp", "h2vp", "spherical_bessel",
+                                                "lambertw")),
+               *(f"scipy.special.{n}" for n in _INTEGER_ARGUMENTS), "scipy.special.ndtri_exp", "scipy.special.zeta"}
 
 
 def _torch_attr(path):
@@ -350,6 +355,13 @@ NOT_MEASURED = {
     "scipy.linalg.expm": "scipy face, rule is a block expm",
     "scipy.signal.convolve": "scipy face (a correlation per operand)",
     "scipy.integrate.odeint": "an ODE solve per call (benchmarks/odeint.py measures it)",
+    **{f"scipy.special.{n}": "takes a keyword parameter (the derivative's order, the kind, the branch); "
+       "same rule shape as jv" for n in ("ivp", "jvp", "kvp", "yvp", "h1vp", "h2vp", "spherical_bessel",
+                                         "lambertw")},
+    **{f"scipy.special.{n}": "an integer order or count (the generic elementwise case passes floats); same "
+       "rule shape as jv" for n in _INTEGER_ARGUMENTS},
+    "scipy.special.ndtri_exp": "defined for negative arguments only (the generic case's are positive)",
+    "scipy.special.zeta": "the Hurwitz zeta in q needs x > 1 (the generic case's x are below 1)",
     "stop_gradient": "records nothing: it returns its argument's value without the level",
 }
 
