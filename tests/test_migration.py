@@ -69,6 +69,12 @@ def test_autograd_utilities_and_scipy_rows(ag):
     flat_ag, _ = flatten(tree)
     close(flat, flat_ag)
     close(unflatten(flat)["b"][0], X)
+    import scipy.special as sc
+    from wengert.scipy import special as ws
+    asp = pytest.importorskip("autograd.scipy.special")
+    missing = [n for n in dir(asp) if not n.startswith("_") and hasattr(sc, n) and not hasattr(ws, n)]
+    assert not missing   # every scipy.special name autograd has
+    assert ws.gammasgn(np.array([-0.5, 2.0])).tolist() == [-1.0, 1.0]
     ast = pytest.importorskip("autograd.scipy.stats")
     alpha = np.array([1.5, 2.0, 3.0])
     sample = wst.dirichlet.rvs(alpha, size=4, random_state=0)   # SciPy's, passed through

@@ -722,6 +722,12 @@ _explain("not yet: a closed-form derivative exists but is not written (Kelvin fu
          "nctdtrit nrdtrimn nrdtrisd")
 _explain("NumPy's sinc, which SciPy re-exports: use wengert.numpy.sinc", "sinc")
 
+# the integer-valued and piecewise constant ones pass values through (no gradient), as NumPy's
+# floor and sign do in wengert.numpy, so code written for autograd's gammasgn keeps running
+for _name in ("comb", "perm", "factorial", "factorial2", "factorialk", "stirling2", "round", "gammasgn"):
+    if hasattr(sc, _name):
+        globals()[_name] = nondiff(getattr(sc, _name))
+
 if hasattr(sc, "softplus"):   # SciPy 1.15 and later
     softplus = defunary(lambda x: sc.softplus(x), lambda g, ans, x: g * expit(x), name="scipy.special.softplus")
 
