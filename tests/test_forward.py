@@ -539,6 +539,9 @@ def test_elementwise_jacfwd_and_hessian(own_elementwise_rules):
 # rows whose batched run needs vmap's per-example loop whatever the rules do
 NOT_BATCHABLE = {
     "x[x > 0]": "ragged: the result's size depends on each example's values",
+    "unique": "ragged: the result's size depends on each example's values",
+    "unique axis=1": "ragged: the result's size depends on each example's values",
+    "histogram edges": "np.histogram returns a tuple: vmap runs it once per example (test_vmap.py)",
 }
 
 

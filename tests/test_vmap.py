@@ -14,7 +14,18 @@ from test_numpy_grads import CASE_IDS, CASES, Arg, rng_for
 from transform_checks import inside_vmap_equals_loop, no_warnings
 
 # rows that cannot be batched at all: the result's size depends on the values of one example
-RAGGED = {"x[x > 0]"}
+RAGGED = {"x[x > 0]", "unique", "unique axis=1"}
+# rows vmap runs once per example, with a warning: np.histogram returns a tuple (counts, edges)
+LOOPED = {"histogram edges"}
+
+
+def _warnings_expected(name, caught):
+    """No warning, except vmap's per-example warning for the LOOPED rows (and the result is right)."""
+    messages = [str(w.message) for w in caught]
+    if name in LOOPED:
+        assert messages and all("once per example" in m for m in messages), messages
+    else:
+        assert not messages, messages
 
 
 def _examples(name, count=3):
@@ -44,7 +55,7 @@ def test_vmap_of_every_table_row_equals_a_loop(name):
         warnings.simplefilter("always")
         out = wg.vmap(fn, in_axes=axes)(*args)
     assert_batched_equals_loop(out, [fn(*e) for e in ex])
-    assert not caught, [str(w.message) for w in caught]
+    _warnings_expected(name, caught)
 
 
 def test_ragged_result_is_an_error_not_a_wrong_answer():
@@ -624,7 +635,7 @@ def test_gradients_of_every_table_row_under_vmap_equal_a_loop(name, opened_insid
         warnings.simplefilter("always")
         out = wg.vmap(batched, in_axes=axes)(*args)
     assert_batched_equals_loop(out, [per_example(*e) for e in ex])
-    assert not caught, [str(w.message) for w in caught]
+    _warnings_expected(name, caught)
 
 
 def test_jacobians_hessians_and_vjps_inside_vmap_are_batched():

@@ -12,6 +12,7 @@ import functools
 import numpy as np
 import opt_einsum
 
+from ..core.errors import NoDerivativeError
 from ..core.trace import Tracer, unbox
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
@@ -772,15 +773,115 @@ def angle(z, deg=False):
     return out * (180 / np.pi) if deg else out
 
 
+# --- once on the list below, now differentiated: their values move smoothly with an argument ------
+# (unique's values are a gather; heaviside is x2 where x1 == 0; full_like is its fill value;
+# bincount's and histogram's sums are linear in the weights; histogram's computed edges move with
+# the data's min and max; nextafter(x1, x2) is x1 plus a piecewise-constant step)
+_unique_plain = nondiff(np.unique)
+_heaviside_plain = nondiff(np.heaviside)
+_full_like_plain = nondiff(np.full_like)
+_bincount_plain = nondiff(np.bincount)
+_histogram_plain = nondiff(np.histogram)
+_nextafter_plain = nondiff(np.nextafter)
+_isfinite = nondiff(np.isfinite)
+_is_zero = nondiff(lambda x: np.equal(x, 0))
+
+
+def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *, equal_nan=True):
+    """``np.unique``. The values are a gather of ``ar`` (each value's first occurrence), so they
+    carry its gradient there; indices, inverse and counts are integers."""
+    if type(ar) is not Tracer:
+        return np.unique(ar, return_index=return_index, return_inverse=return_inverse,
+                         return_counts=return_counts, axis=axis, equal_nan=equal_nan)
+    found = _unique_plain(ar, return_index=True, return_inverse=return_inverse, return_counts=return_counts,
+                          axis=axis, equal_nan=equal_nan)
+    values = take(ar, found[1], axis=axis)
+    extra = ((found[1],) if return_index else ()) + tuple(found[2:])
+    return (values,) + extra if extra else values
+
+
+def heaviside(x1, x2, /):
+    """``np.heaviside``: piecewise constant in ``x1``, and ``x2`` itself where ``x1 == 0``."""
+    if type(x2) is not Tracer:
+        return _heaviside_plain(x1, x2)
+    return where(_is_zero(x1), x2, _heaviside_plain(x1, 0.0))
+
+
+def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    """``np.full_like``: the values of ``a`` do not matter (no gradient); a traced fill value is
+    broadcast, with its gradient."""
+    if type(fill_value) is not Tracer:
+        return _full_like_plain(a, fill_value, dtype=dtype, order=order, subok=subok, shape=shape)
+    dtype = np.dtype(dtype) if dtype is not None else np.asarray(unbox(a)).dtype
+    if not np.issubdtype(dtype, np.inexact):
+        return _full_like_plain(a, fill_value, dtype=dtype, order=order, subok=subok, shape=shape)
+    shape = np.shape(unbox(a)) if shape is None else ((shape,) if np.ndim(shape) == 0 else tuple(shape))
+    return copy(broadcast_to(astype(fill_value, dtype), shape))
+
+
+def bincount(x, /, weights=None, minlength=0):
+    """``np.bincount``: counts are integers; the sums of traced weights are linear in them."""
+    if type(weights) is not Tracer:
+        return _bincount_plain(x, weights, minlength)
+    index = np.asarray(unbox_all(x))
+    n = builtins.max(int(minlength), int(index.max()) + 1 if index.size else 0)
+    return S.index_add(np.zeros(n), astype(weights, np.float64), index=index)
+
+
+def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
+    """``np.histogram``. The counts are piecewise constant in ``a``. Edges computed from the data
+    (``bins`` a count or a rule, ``range`` None) move with ``a``'s min and max, and from a traced
+    ``range`` with it: they carry that gradient, with NumPy's values. Traced weights, and
+    ``density=True`` over edges that move, are refused rather than given a zero gradient."""
+    traced_range = range is not None and builtins.any(type(r) is Tracer for r in range)
+    if not (type(a) is Tracer or type(bins) is Tracer or traced_range or type(weights) is Tracer):
+        return np.histogram(a, bins, range, density, weights)
+    if type(weights) is Tracer:
+        raise NoDerivativeError("numpy.histogram with traced weights", (
+            "numpy.histogram with traced weights has no derivative rule in wengert: its sums are "
+            "linear in the weights, which wengert does not differentiate here; use "
+            "wnp.bincount(np.digitize(a, edges) - 1, weights) with plain edges, or pass "
+            "wg.stop_gradient(weights) to drop the gradient on purpose."))
+    hist, edges = _histogram_plain(a, bins, range, density, weights)
+    if type(bins) is Tracer:
+        moving, edges = True, bins
+    elif np.ndim(unbox_all(bins)) == 0 or isinstance(bins, str):
+        size = np.size(unbox(a))
+        lo, hi = (min(a), max(a)) if range is None and size else (range if range is not None else (0.0, 1.0))
+        moving = type(lo) is Tracer or type(hi) is Tracer
+        if moving:   # edges = lo + (hi - lo) * t: NumPy's values, and that derivative in lo and hi
+            t = np.linspace(0.0, 1.0, np.size(edges))
+            edges = edges + (lo - E.stop_gradient(lo)) * (1 - t) + (hi - E.stop_gradient(hi)) * t
+    else:
+        moving = False
+    if density and moving:
+        raise NoDerivativeError("numpy.histogram(density=True) with edges that move with traced values", (
+            "numpy.histogram(density=True) divides by bin widths that move with the traced data (or "
+            "range, or bins), which wengert does not differentiate: pass plain bins/range, or "
+            "wg.stop_gradient the data."))
+    return hist, edges
+
+
+def nextafter(x1, x2, /):
+    """``np.nextafter(x1, x2)``: ``x1`` moved by one floating-point step, a piecewise-constant
+    amount: derivative 1 in ``x1``, none in ``x2``."""
+    if type(x1) is not Tracer:
+        return _nextafter_plain(x1, x2)
+    moved = _nextafter_plain(x1, x2)
+    finite = _isfinite(x1)
+    step = where(finite, moved - E.stop_gradient(x1), 0.0)   # exact: adjacent floats
+    return where(finite, x1 + step, moved)
+
+
 # --- functions without a gradient: they read traced values and return plain arrays --------------
 _NONDIFF = """
 argmax argmin argsort argwhere nonzero flatnonzero sign floor ceil round around rint trunc fix
 isnan isinf isfinite isclose allclose array_equal array_equiv equal not_equal less less_equal
 greater greater_equal logical_and logical_or logical_not logical_xor floor_divide any all
-count_nonzero searchsorted shape ndim size zeros_like ones_like empty_like full_like unique
-signbit heaviside digitize histogram bincount result_type iscomplexobj isrealobj isscalar
+count_nonzero searchsorted shape ndim size zeros_like ones_like empty_like
+signbit digitize result_type iscomplexobj isrealobj isscalar
 nanargmax nanargmin lexsort bitwise_and bitwise_or bitwise_xor invert left_shift right_shift
-gcd lcm spacing nextafter sometrue alltrue
+gcd lcm spacing sometrue alltrue
 """.split()
 
 for _name in _NONDIFF:
@@ -790,6 +891,6 @@ del _name
 
 
 
-_NOT_EXPORTED = {"annotations", "builtins", "functools", "np", "opt_einsum", "Tracer", "unbox", "C", "E",
+_NOT_EXPORTED = {"annotations", "builtins", "functools", "np", "opt_einsum", "Tracer", "unbox", "C", "E", "NoDerivativeError",
                  "R", "S", "nondiff", "unbox_all", "traceable"}
 __all__ = [n for n in list(globals()) if not n.startswith("_") and n not in _NOT_EXPORTED]
