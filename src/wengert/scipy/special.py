@@ -36,7 +36,8 @@ __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", 
            "gammainccinv", "betaincc", "betaincinv", "betainccinv", "eval_gegenbauer", "eval_legendre",
            "eval_chebyu", "eval_chebyt", "eval_chebys", "eval_chebyc", "eval_sh_legendre", "eval_sh_chebyt",
            "eval_sh_chebyu", "eval_hermite", "eval_hermitenorm", "eval_genlaguerre", "eval_laguerre",
-           "eval_jacobi", "gdtrix"] + (["softplus"] if hasattr(sc, "softplus") else [])
+           "eval_jacobi", "gdtrix", "ber", "bei", "ker", "kei", "berp", "beip", "kerp", "keip", "kelvin",
+           "shichi", "ellipj", "nrdtrimn", "nrdtrisd"] + (["softplus"] if hasattr(sc, "softplus") else [])
 
 _SQRT_PI = np.sqrt(np.pi)
 _SQRT_2PI = np.sqrt(2 * np.pi)
@@ -460,10 +461,10 @@ ellipkm1 = defunary(sc.ellipkm1, lambda g, ans, p: -g * (ellipe(1 - p) - p * ans
                     name="scipy.special.ellipkm1")
 
 
-def _amplitude_only(impl, name, d):
+def _amplitude_only(impl, name, d, label=None):
     refuse = _no_derivative(name)
     return defprim(impl, (lambda g, ans, phi, m: unbroadcast(g * d(phi, m), phi.shape), refuse),
-                   jvp=(lambda t, ans, phi, m: t * d(phi, m), refuse), name=f"scipy.special.{name}",
+                   jvp=(lambda t, ans, phi, m: t * d(phi, m), refuse), name=f"scipy.special.{label or name}",
                    batch=batch_elementwise)
 
 
@@ -669,6 +670,62 @@ eval_jacobi = _in_last(sc.eval_jacobi, "eval_jacobi", lambda ans, n, a, b, x: _p
 gdtrix = _in_last(sc.gdtrix, "gdtrix", lambda ans, a, b, p: 1 / (a * _gamma_density(b, a * ans)), 3)
 
 
+# Kelvin functions: ber + i bei = J0(x e^{3 pi i / 4}) and ker + i kei = K0(x e^{pi i / 4}), so the
+# derivatives of berp, beip, kerp, keip follow from Bessel's equation, f'' = -f' / x + i f
+ber = defunary(sc.ber, lambda g, ans, x: g * berp(x), name="scipy.special.ber")
+bei = defunary(sc.bei, lambda g, ans, x: g * beip(x), name="scipy.special.bei")
+ker = defunary(sc.ker, lambda g, ans, x: g * kerp(x), name="scipy.special.ker")
+kei = defunary(sc.kei, lambda g, ans, x: g * keip(x), name="scipy.special.kei")
+berp = defunary(sc.berp, lambda g, ans, x: g * (-ans / x - bei(x)), name="scipy.special.berp")
+beip = defunary(sc.beip, lambda g, ans, x: g * (-ans / x + ber(x)), name="scipy.special.beip")
+kerp = defunary(sc.kerp, lambda g, ans, x: g * (-ans / x - kei(x)), name="scipy.special.kerp")
+keip = defunary(sc.keip, lambda g, ans, x: g * (-ans / x + ker(x)), name="scipy.special.keip")
+
+
+def kelvin(x):
+    """``scipy.special.kelvin``: ``(Be, Ke, Bep, Kep)``, each ``real + 1j * imag`` of the above."""
+    if type(x) is not Tracer:
+        return sc.kelvin(x)
+    return (ber(x) + 1j * bei(x), ker(x) + 1j * kei(x), berp(x) + 1j * beip(x), kerp(x) + 1j * keip(x))
+
+
+_shi = _output(sc.shichi, 0, "shichi", lambda g, ans, x: g * E.sinh(x) / x)
+_chi = _output(sc.shichi, 1, "shichi", lambda g, ans, x: g * E.cosh(x) / x)
+shichi = _several("shichi", [_shi, _chi])
+
+
+# Jacobi elliptic functions, in the argument u (the parameter m is refused)
+def _jacobi_output(k, d):
+    return _amplitude_only(lambda u, m: sc.ellipj(u, m)[k], "ellipj", d, label=f"ellipj[{k}]")
+
+
+_sn = _jacobi_output(0, lambda u, m: _cn(u, m) * _dn(u, m))
+_cn = _jacobi_output(1, lambda u, m: -_sn(u, m) * _dn(u, m))
+_dn = _jacobi_output(2, lambda u, m: -m * _sn(u, m) * _cn(u, m))
+_ph = _jacobi_output(3, lambda u, m: _dn(u, m))
+
+
+def ellipj(u, m):
+    """``scipy.special.ellipj``: ``(sn, cn, dn, ph)``, differentiable in ``u``."""
+    if type(u) is not Tracer and type(m) is not Tracer:
+        return sc.ellipj(u, m)
+    return tuple(f(u, m) for f in (_sn, _cn, _dn, _ph))
+
+
+def nrdtrimn(p, std, x):
+    """``scipy.special.nrdtrimn``: the mean, ``x - std * ndtri(p)``; differentiable in all three."""
+    if type(p) is not Tracer and type(std) is not Tracer and type(x) is not Tracer:
+        return sc.nrdtrimn(p, std, x)
+    return x - std * ndtri(p)
+
+
+def nrdtrisd(mn, p, x):
+    """``scipy.special.nrdtrisd``: the standard deviation, ``(x - mn) / ndtri(p)``."""
+    if type(mn) is not Tracer and type(p) is not Tracer and type(x) is not Tracer:
+        return sc.nrdtrisd(mn, p, x)
+    return (x - mn) / ndtri(p)
+
+
 # --- the names of scipy.special that are not differentiable here, and why -----------------------
 NOT_DIFFERENTIABLE = {}
 
@@ -712,14 +769,14 @@ _explain("Mathieu, spheroidal and parabolic cylinder functions: derivatives in t
 _explain("returns the values for all orders up to n at once: not yet differentiable",
          "lqn lqmn riccati_jn riccati_yn assoc_legendre_p_all legendre_p_all sph_harm_y_all "
          "sph_legendre_p_all lmbda")
-_explain("not yet: a closed-form derivative exists but is not written (Kelvin functions and their "
-         "derivatives, scaled Airy and Hankel functions, Carlson and Jacobi elliptic functions, "
+_explain("not yet: a closed-form derivative exists but is not written (scaled Airy, Bessel and "
+         "Hankel functions, Carlson elliptic integrals, "
          "associated Legendre and spherical harmonics, noncentral distributions, ...)",
-         "agm airye assoc_laguerre besselpoly ber bei ker kei berp beip kerp keip kelvin diric ellipj "
+         "agm airye assoc_laguerre besselpoly diric "
          "elliprc elliprd elliprf elliprg elliprj ellip_harm ellip_harm_2 ellip_normal eval_sh_jacobi "
          "exprel hankel1e hankel2e jve yve lpmv assoc_legendre_p legendre_p sph_legendre_p sph_harm_y "
-         "modfresnelm modfresnelp shichi tklmbda voigt_profile chndtr chndtrix ncfdtr ncfdtri nctdtr "
-         "nctdtrit nrdtrimn nrdtrisd")
+         "modfresnelm modfresnelp tklmbda voigt_profile chndtr chndtrix ncfdtr ncfdtri nctdtr "
+         "nctdtrit")
 _explain("NumPy's sinc, which SciPy re-exports: use wengert.numpy.sinc", "sinc")
 
 # the integer-valued and piecewise constant ones pass values through (no gradient), as NumPy's
