@@ -37,7 +37,7 @@ __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", 
            "eval_chebyu", "eval_chebyt", "eval_chebys", "eval_chebyc", "eval_sh_legendre", "eval_sh_chebyt",
            "eval_sh_chebyu", "eval_hermite", "eval_hermitenorm", "eval_genlaguerre", "eval_laguerre",
            "eval_jacobi", "gdtrix", "ber", "bei", "ker", "kei", "berp", "beip", "kerp", "keip", "kelvin",
-           "shichi", "ellipj", "nrdtrimn", "nrdtrisd"] + (["softplus"] if hasattr(sc, "softplus") else [])
+           "shichi", "ellipj", "nrdtrimn", "nrdtrisd", "hankel1e", "hankel2e", "jve", "yve", "exprel"] + (["softplus"] if hasattr(sc, "softplus") else [])
 
 _SQRT_PI = np.sqrt(np.pi)
 _SQRT_2PI = np.sqrt(2 * np.pi)
@@ -726,6 +726,49 @@ def nrdtrisd(mn, p, x):
     return (x - mn) / ndtri(p)
 
 
+# exponentially scaled Bessel and Hankel functions: hankel1e = H1 exp(-iz) and hankel2e = H2 exp(iz)
+# are holomorphic; jve and yve scale by exp(-|Im z|), which is not, so they take real z only
+hankel1e = _in_last(sc.hankel1e, "hankel1e", lambda ans, v, x: 0.5 * (hankel1e(v - 1, x) - hankel1e(v + 1, x))
+                    - 1j * ans, 2)
+hankel2e = _in_last(sc.hankel2e, "hankel2e", lambda ans, v, x: 0.5 * (hankel2e(v - 1, x) - hankel2e(v + 1, x))
+                    + 1j * ans, 2)
+_jve = _in_last(sc.jve, "jve", lambda ans, v, x: 0.5 * (_jve(v - 1, x) - _jve(v + 1, x)), 2)
+_yve = _in_last(sc.yve, "yve", lambda ans, v, x: 0.5 * (_yve(v - 1, x) - _yve(v + 1, x)), 2)
+
+
+def _real_argument(name, prim):
+    def public(v, z):
+        if type(v) is not Tracer and type(z) is not Tracer:
+            return getattr(sc, name)(v, z)
+        if np.iscomplexobj(unbox(z)):
+            raise NoDerivativeError(f"scipy.special.{name} of a complex z (its scaling exp(-|Im z|) is not "
+                                    "holomorphic); it is differentiable for real z")
+        return prim(v, z)
+
+    public.__name__ = name
+    public.__doc__ = f"``scipy.special.{name}(v, z)``: differentiable in real ``z``."
+    return public
+
+
+jve, yve = _real_argument("jve", _jve), _real_argument("yve", _yve)
+
+
+@elementwise_constant
+def _near_zero(x):
+    return np.abs(x) < 1e-3
+
+
+def _d_exprel(g, ans, x):
+    """``(exp(x) - exprel(x)) / x``, and its Taylor series ``1/2 + x/3 + x^2/8`` near 0, where the
+    quotient cancels (the quotient is evaluated at a safe point there, so no nan reaches a gradient)."""
+    small = _near_zero(x)
+    safe = F.where(small, 1.0, x)
+    return g * F.where(small, 0.5 + x / 3 + x * x / 8, (E.exp(safe) - exprel(safe)) / safe)
+
+
+exprel = defunary(sc.exprel, _d_exprel, name="scipy.special.exprel")
+
+
 # --- the names of scipy.special that are not differentiable here, and why -----------------------
 NOT_DIFFERENTIABLE = {}
 
@@ -769,12 +812,12 @@ _explain("Mathieu, spheroidal and parabolic cylinder functions: derivatives in t
 _explain("returns the values for all orders up to n at once: not yet differentiable",
          "lqn lqmn riccati_jn riccati_yn assoc_legendre_p_all legendre_p_all sph_harm_y_all "
          "sph_legendre_p_all lmbda")
-_explain("not yet: a closed-form derivative exists but is not written (scaled Airy, Bessel and "
-         "Hankel functions, Carlson elliptic integrals, "
+_explain("not yet: a closed-form derivative exists but is not written (scaled Airy functions, "
+         "Carlson elliptic integrals, "
          "associated Legendre and spherical harmonics, noncentral distributions, ...)",
          "agm airye assoc_laguerre besselpoly diric "
          "elliprc elliprd elliprf elliprg elliprj ellip_harm ellip_harm_2 ellip_normal eval_sh_jacobi "
-         "exprel hankel1e hankel2e jve yve lpmv assoc_legendre_p legendre_p sph_legendre_p sph_harm_y "
+         "lpmv assoc_legendre_p legendre_p sph_legendre_p sph_harm_y "
          "modfresnelm modfresnelp tklmbda voigt_profile chndtr chndtrix ncfdtr ncfdtri nctdtr "
          "nctdtrit")
 _explain("NumPy's sinc, which SciPy re-exports: use wengert.numpy.sinc", "sinc")
