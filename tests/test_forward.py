@@ -542,6 +542,9 @@ NOT_BATCHABLE = {
     "unique": "ragged: the result's size depends on each example's values",
     "unique axis=1": "ragged: the result's size depends on each example's values",
     "histogram edges": "np.histogram returns a tuple: vmap runs it once per example (test_vmap.py)",
+    # each function sees the elements its condition selects, which differ per example (a loop)
+    "piecewise": "conditions that depend on the values", "piecewise otherwise": "the same",
+    "piecewise constant": "the same",
 }
 
 

@@ -7,8 +7,10 @@ given a traced value they raise an error that names the function.
 from numpy import *  # noqa: F401,F403 - constants, dtypes and the functions wengert does not wrap
 from numpy import e, euler_gamma, inf, nan, newaxis, pi, random  # noqa: F401
 
-from . import _functions
+from . import _functions, _compositions, _statistics
 from ._functions import *  # noqa: F401,F403
+from ._compositions import *  # noqa: F401,F403
+from ._statistics import *  # noqa: F401,F403
 import importlib as _importlib
 # not `from . import linalg`: that finds numpy.linalg, which `from numpy import *` bound here
 linalg = _importlib.import_module(f"{__name__}.linalg")
@@ -19,6 +21,8 @@ import numpy as _np
 import sys as _sys
 
 build_dispatch_tables(_functions, _np)
+build_dispatch_tables(_compositions, _np)
+build_dispatch_tables(_statistics, _np)
 build_dispatch_tables(linalg, _np.linalg)
 build_dispatch_tables(fft, _np.fft)
 install(_sys.modules[__name__])

@@ -19,6 +19,7 @@ from ..primitives import elementwise as E
 from ..primitives import reductions as R
 from ..primitives import shape as S
 from ..primitives import complex as _X
+from ..primitives._table import elementwise_constant as _elementwise_constant
 from ..primitives._table import nondiff, unbox_all
 
 _NO_VALUE = np._NoValue
@@ -106,7 +107,8 @@ asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
 asinh, acosh, atanh, pow = arcsinh, arccosh, arctanh, power  # noqa: A001
 
 
-def where(condition, x=_NO_VALUE, y=_NO_VALUE, /):
+def where(condition, x=_NO_VALUE, y=_NO_VALUE):
+    """``np.where``; the arguments may also be given by name (NumPy's own takes them by position)."""
     if x is _NO_VALUE and y is _NO_VALUE:
         return np.where(unbox_all(condition))
     if type(x) is not Tracer and type(y) is not Tracer:
@@ -182,14 +184,35 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NO
     if dtype is not None:
         a = astype(a, dtype)
     centered = a - globals()["mean"](a, axis=axis, keepdims=True)
-    return sum(centered * centered, axis=axis, keepdims=keepdims) / (_count(a, axis) - ddof)
+    # NumPy's rule: the variance of complex values is real, the mean of |x - mean|^2
+    squares = _X.real(centered * _X.conj(centered)) if np.iscomplexobj(unbox(a)) else centered * centered
+    return sum(squares, axis=axis, keepdims=keepdims) / (_count(a, axis) - ddof)
+
+
+def _sqrt_of_variance(v):
+    """``sqrt(v)`` for std: where the variance is exactly 0 (all values equal) the derivative is 0.
+
+    std is not differentiable there (along any direction it grows like |t|, a cone like abs at 0);
+    0 is the subgradient of least norm, the value wengert's abs and norm give at 0 too. JAX gives
+    nan there (sqrt's derivative at 0 times 0). The value itself is sqrt's.
+    """
+    flat = _flat_variance(v)
+    return E.where(flat, 0.0, sqrt(E.where(flat, 1.0, v))) if type(v) is Tracer else sqrt(v)
+
+
+def _is_zero(v):
+    return v == 0
+
+
+_flat_variance = _elementwise_constant(_is_zero)
 
 
 @traceable(np.std)
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NO_VALUE, mean=_NO_VALUE,
         correction=_NO_VALUE):
-    return sqrt(var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where,
-                    mean=mean, correction=correction))
+    v = var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where, mean=mean,
+            correction=correction)
+    return _sqrt_of_variance(v)
 
 
 def _scan(prim, name):
@@ -281,8 +304,8 @@ def outer(a, b, out=None):
 @traceable(np.einsum)
 def einsum(*operands, out=None, optimize=False, dtype=None, order="K", casting="safe"):
     _unsupported("einsum", out=out, dtype=dtype)
-    if not isinstance(operands[0], str):
-        raise NotImplementedError("wengert.numpy.einsum: use the subscripts-string form, e.g. einsum('ij,jk->ik', a, b)")
+    if not isinstance(operands[0], str):  # the sublist form: einsum(a, [0, 1], b, [1, 2], [0, 2])
+        operands = _sublists_to_subscripts(operands)
     arrays = [_as_traced_operand(op) for op in operands[1:]]
     # a traced value's own shape: one example's under vmap
     shapes = tuple([a.shape if type(a) is Tracer else np.shape(a) for a in arrays])
@@ -295,6 +318,28 @@ def _explicit_subscripts(subscripts, shapes):
     shaped = [np.broadcast_to(np.zeros((), np.float64), shape) for shape in shapes]
     inputs, output, _ = opt_einsum.parser.parse_einsum_input([subscripts] + shaped)
     return f"{inputs}->{output}"
+
+
+def _sublists_to_subscripts(operands):
+    """``(a, [0, 1], b, [1, 2], [0, 2])`` as ``('ab,bc->ac', a, b)``: NumPy's other spelling."""
+    def word(sublist):
+        out = []
+        for s in sublist:
+            if s is Ellipsis:
+                out.append("...")
+            elif 0 <= int(s) < len(_LETTERS):
+                out.append(_LETTERS[int(s)])
+            else:
+                raise ValueError(f"einsum: subscript {s} in a sublist is out of range (0 to {len(_LETTERS) - 1})")
+        return "".join(out)
+
+    operands = list(operands)
+    output = operands.pop() if len(operands) % 2 else None
+    subscripts = ",".join(word(s) for s in operands[1::2]) + ("->" + word(output) if output is not None else "")
+    return (subscripts, *operands[0::2])
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @traceable(np.trace)

@@ -6,7 +6,7 @@ wherever NumPy accepts them. Results that NumPy returns as named tuples (``EighR
 ``SVDResult``, ``QRResult``, ``SlogdetResult``) come back as the same named tuples.
 
 ``matrix_rank`` reads traced values and returns NumPy's integer. ``eig`` and ``eigvals`` (complex in
-general) and ``cross`` are NumPy's own: on traced values they raise ``NoDerivativeError``.
+general) are NumPy's own: on traced values they raise ``NoDerivativeError``.
 See the primitives module for the conventions at degenerate points (repeated eigenvalues, one
 triangle read by cholesky/eigh, singular matrices).
 """
@@ -51,6 +51,23 @@ def _stacked_square(a, name):
         raise _npl.LinAlgError(f"{len(shape)}-dimensional array given. Array must be at least two-dimensional")
     if shape[-1] != shape[-2]:
         raise _npl.LinAlgError(f"{name}: last 2 dimensions of the array must be square")
+
+
+@_traceable(_npl.cross)
+def cross(x1, x2, /, *, axis=-1):
+    """The array API's cross product: 3-vectors along ``axis``."""
+    x1, x2 = _operand(x1), _operand(x2)
+    if x1.shape[axis] != 3 or x2.shape[axis] != 3:
+        raise ValueError(f"Both input arrays must be (arrays of) 3-dimensional vectors, but they are "
+                         f"{x1.shape[axis]} and {x2.shape[axis]} dimensional instead.")
+    return _cross3(x1, x2, axis)
+
+
+def _cross3(x1, x2, axis):
+    a, b = _F.moveaxis(x1, axis, -1), _F.moveaxis(x2, axis, -1)
+    a0, a1, a2, b0, b1, b2 = a[..., 0], a[..., 1], a[..., 2], b[..., 0], b[..., 1], b[..., 2]
+    out = _F.stack(list(_F.broadcast_arrays(a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0)), axis=-1)
+    return _F.moveaxis(out, -1, axis)
 
 
 # --- inverse, solve, determinants ------------------------------------------------------------------

@@ -1,0 +1,738 @@
+"""The rest of NumPy's surface, written with NumPy's signatures as compositions of the table.
+
+Each function here hands plain arguments to NumPy itself (``@traceable``) and, given traced ones,
+composes primitives that already carry every rule (VJP, JVP, batching), so each one is
+differentiable in both modes, to any order and under vmap without rules of its own. Values and
+dtypes are NumPy's; indices and masks are read from the values (no derivative flows through a
+comparison), as NumPy computes them.
+"""
+from __future__ import annotations
+
+import builtins
+import importlib
+
+import numpy as np
+
+from ..core.trace import Tracer, dtype_of, unbox
+from ..primitives import elementwise as E
+from ..primitives import scatter as _scatter
+from ..primitives._table import elementwise_constant, nondiff, unbox_all
+from . import _functions as F
+from ._functions import traceable
+
+# the sibling module wengert.numpy.linalg (``from . import linalg`` would find numpy.linalg, which
+# the package namespace binds first)
+_linalg = importlib.import_module(f"{__package__}.linalg")
+
+_NO_VALUE = np._NoValue
+_ndim, _shape = F._ndim, F._shape
+_operand = F._as_traced_operand
+
+
+def _axis_slice(ndim, axis, index):
+    """``index`` on ``axis`` of an array of ``ndim`` dimensions, everything on the others."""
+    return (slice(None),) * axis + (index,) + (slice(None),) * (ndim - axis - 1)
+
+
+# --- differences, integrals, series -------------------------------------------------------------
+@traceable(np.diff)
+def diff(a, n=1, axis=-1, prepend=_NO_VALUE, append=_NO_VALUE):
+    a = _operand(a)
+    nd = _ndim(a)
+    if nd == 0:
+        raise ValueError("diff requires input that is at least one dimensional")
+    axis = axis % nd
+    parts = []
+    for extra in (prepend, a, append):
+        if extra is a:
+            parts.append(a)
+        elif extra is not _NO_VALUE:
+            extra = _operand(extra)
+            if _ndim(extra) == 0:
+                shape = list(_shape(a))
+                shape[axis] = 1
+                extra = F.broadcast_to(extra, tuple(shape))
+            parts.append(extra)
+    if len(parts) > 1:
+        a = F.concatenate(parts, axis=axis)
+    for _ in range(n):
+        a = a[_axis_slice(nd, axis, slice(1, None))] - a[_axis_slice(nd, axis, slice(None, -1))]
+    return a
+
+
+@traceable(np.ediff1d)
+def ediff1d(ary, to_end=None, to_begin=None):
+    parts = [F.ravel(_operand(to_begin))] if to_begin is not None else []
+    parts.append(diff(F.ravel(_operand(ary))))
+    if to_end is not None:
+        parts.append(F.ravel(_operand(to_end)))
+    return F.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+@traceable(np.gradient)
+def gradient(f, *varargs, axis=None, edge_order=1):
+    f = _operand(f)
+    nd = _ndim(f)
+    axes = tuple(range(nd)) if axis is None else F._norm_axis(axis, nd)
+    if axis is not None and not isinstance(axis, (tuple, list)):
+        axes = (axis % nd,)
+    if len(varargs) == 0:
+        spacings = [1.0] * len(axes)
+    elif len(varargs) == 1 and _ndim(varargs[0]) == 0:
+        spacings = list(varargs) * len(axes)
+    elif len(varargs) == len(axes):
+        spacings = list(varargs)
+    else:
+        raise TypeError("gradient: invalid number of arguments (one spacing, or one per axis)")
+    if edge_order not in (1, 2):
+        raise ValueError("'edge_order' greater than 2 not supported")
+    if not np.issubdtype(f.dtype, np.inexact):
+        f = F.astype(f, np.float64)
+    results = []
+    for ax, h in zip(axes, spacings):
+        n = _shape(f)[ax]
+        if n < edge_order + 1:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, at least "
+                             "(edge_order + 1) elements are required.")
+        if _ndim(h) == 1:
+            if _shape(h)[0] != n:
+                raise ValueError("when 1d, distances must match the length of the corresponding dimension")
+            h = diff(_operand(h))
+            if np.issubdtype(dtype_of(h), np.integer):
+                h = F.astype(h, np.float64)
+        results.append(_gradient_along(f, h, ax, edge_order))
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _gradient_along(f, h, axis, edge_order):
+    nd = _ndim(f)
+
+    def at(index):
+        return f[_axis_slice(nd, axis, index)]
+
+    def along(v):  # a 1-D vector of coefficients, laid along ``axis``
+        shape = [1] * nd
+        shape[axis] = -1
+        return F.reshape(v, tuple(shape))
+
+    uniform = _ndim(h) == 0
+    if uniform:
+        inner = (at(slice(2, None)) - at(slice(None, -2))) / (2.0 * h)
+    else:
+        dx1, dx2 = h[:-1], h[1:]
+        a = -dx2 / (dx1 * (dx1 + dx2))
+        b = (dx2 - dx1) / (dx1 * dx2)
+        c = dx1 / (dx2 * (dx1 + dx2))
+        inner = along(a) * at(slice(None, -2)) + along(b) * at(slice(1, -1)) + along(c) * at(slice(2, None))
+    if edge_order == 1:
+        first = (at(slice(1, 2)) - at(slice(0, 1))) / (h if uniform else h[0])
+        last = (at(slice(-1, None)) - at(slice(-2, -1))) / (h if uniform else h[-1])
+    else:
+        if uniform:
+            a, b, c = -1.5 / h, 2.0 / h, -0.5 / h
+        else:
+            dx1, dx2 = h[0], h[1]
+            a = -(2.0 * dx1 + dx2) / (dx1 * (dx1 + dx2))
+            b = (dx1 + dx2) / (dx1 * dx2)
+            c = -dx1 / (dx2 * (dx1 + dx2))
+        first = a * at(slice(0, 1)) + b * at(slice(1, 2)) + c * at(slice(2, 3))
+        if uniform:
+            a, b, c = 0.5 / h, -2.0 / h, 1.5 / h
+        else:
+            dx1, dx2 = h[-2], h[-1]
+            a = dx2 / (dx1 * (dx1 + dx2))
+            b = -(dx2 + dx1) / (dx1 * dx2)
+            c = (2.0 * dx2 + dx1) / (dx2 * (dx1 + dx2))
+        last = a * at(slice(-3, -2)) + b * at(slice(-2, -1)) + c * at(slice(-1, None))
+    return F.concatenate([first, inner, last], axis=axis)
+
+
+@traceable(np.trapezoid)
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+    y = _operand(y)
+    nd = _ndim(y)
+    axis = axis % nd
+    if x is None:
+        d = dx
+    else:
+        x = _operand(x)
+        d = diff(x, axis=-1 if _ndim(x) == 1 else axis)
+        if _ndim(x) == 1:
+            shape = [1] * nd
+            shape[axis] = _shape(d)[0]
+            d = F.reshape(d, tuple(shape))
+    pairs = y[_axis_slice(nd, axis, slice(1, None))] + y[_axis_slice(nd, axis, slice(None, -1))]
+    return F.sum(d * pairs / 2.0, axis=axis)
+
+
+@traceable(np.polyval)
+def polyval(p, x):
+    p, x = _operand(p), _operand(x)
+    y = F.zeros_like(x)
+    for i in range(_shape(p)[0]):
+        y = y * x + p[i]
+    return y
+
+
+@traceable(np.vander)
+def vander(x, N=None, increasing=False):  # noqa: N803 - NumPy's name
+    x = _operand(x)
+    if _ndim(x) != 1:
+        raise ValueError("x must be a one-dimensional array or sequence.")
+    n = _shape(x)[0] if N is None else N
+    powers = np.arange(n) if increasing else np.arange(n - 1, -1, -1)
+    return E.power(F.reshape(x, (-1, 1)), powers)
+
+
+@traceable(np.polyfit)
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    F._unsupported("polyfit", full=full, cov=cov)
+    x, y = _operand(x), _operand(y)
+    order = int(deg) + 1
+    if _ndim(x) != 1 or _ndim(y) not in (1, 2) or _shape(x)[0] != _shape(y)[0]:
+        raise TypeError("polyfit: x must be 1-D and y 1-D or 2-D with as many rows as x")
+    if rcond is None:
+        rcond = _shape(x)[0] * np.finfo(x.dtype if np.issubdtype(x.dtype, np.inexact) else float).eps
+    lhs, rhs = vander(x, order), y
+    if w is not None:
+        w = _operand(w)
+        lhs = lhs * F.reshape(w, (-1, 1))
+        rhs = rhs * (w if _ndim(rhs) == 1 else F.reshape(w, (-1, 1)))
+    scale = F.sqrt(F.sum(lhs * lhs, axis=0))
+    coefficients = _linalg.lstsq(lhs / scale, rhs, rcond)[0]
+    return coefficients / (scale if _ndim(coefficients) == 1 else F.reshape(scale, (-1, 1)))
+
+
+@traceable(np.convolve)
+def convolve(a, v, mode="full"):
+    a, v = _operand(a), _operand(v)
+    if _ndim(a) != 1 or _ndim(v) != 1:
+        raise ValueError("object too deep for desired array")
+    n, m = _shape(a)[0], _shape(v)[0]
+    if n == 0 or m == 0:
+        raise ValueError("convolve: inputs cannot be empty")
+    if m > n:  # convolution commutes: slide the shorter one, as NumPy does
+        a, v, n, m = v, a, m, n
+    # full[k] = sum_j a[k - j] v[j]: one gather of the shifted copies of a (zero outside)
+    padded = F.pad(a, (m - 1, m - 1))
+    index = np.arange(n + m - 1)[:, None] + (m - 1 - np.arange(m))[None, :]
+    full = F.dot(padded[index], v)
+    if mode == "full":
+        return full
+    if mode == "same":
+        start = (m - 1) // 2
+        return full[start:start + n]
+    if mode == "valid":
+        return full[m - 1:n]
+    raise ValueError(f"mode must be one of 'full', 'same', or 'valid', not {mode!r}")
+
+
+@traceable(np.correlate)
+def correlate(a, v, mode="valid"):
+    a, v = _operand(a), _operand(v)
+    if _ndim(a) != 1 or _ndim(v) != 1:
+        raise ValueError("object too deep for desired array")
+    n, m = _shape(a)[0], _shape(v)[0]
+    if m > n:  # NumPy swaps the two and reverses the result
+        return F.flip(correlate(v, a, mode)) if not np.iscomplexobj(unbox(a)) else \
+            F.flip(F.conj(correlate(v, a, mode)))
+    return convolve(a, F.flip(F.conj(v)), mode)
+
+
+def _gather(values, index):
+    return values[index]
+
+
+_gather_constant = nondiff(_gather)
+
+
+def _read(values, index):
+    """``values[index]``; a constant array read at indices vmap batches goes through ``nondiff``."""
+    return values[index] if type(values) is Tracer or type(index) is not Tracer else _gather_constant(values, index)
+
+
+@traceable(np.interp)
+def interp(x, xp, fp, left=None, right=None, period=None):
+    x, xp, fp = _operand(x), _operand(xp), _operand(fp)
+    if _ndim(xp) != 1 or _ndim(fp) != 1:
+        raise ValueError("Data points must be 1-D sequences")
+    if _shape(xp)[0] != _shape(fp)[0]:
+        raise ValueError("fp and xp are not of the same length")
+    if period is not None:
+        if period == 0:
+            raise ValueError("period must be a non-zero value")
+        period = builtins.abs(period)
+        left = right = None
+        x = x % period
+        xp = xp % period
+        order = F.argsort(xp)
+        xp, fp = xp[order], fp[order]
+        xp = F.concatenate([xp[-1:] - period, xp, xp[:1] + period])
+        fp = F.concatenate([fp[-1:], fp, fp[:1]])
+    n = _shape(xp)[0]
+    if n == 1:
+        inside = F.broadcast_to(fp[0], _shape(x))
+    else:
+        j = F.clip(F.searchsorted(xp, x, side="right") - 1, 0, n - 2)
+        x0, x1, f0, f1 = _read(xp, j), _read(xp, j + 1), _read(fp, j), _read(fp, j + 1)
+        inside = f0 + (f1 - f0) / (x1 - x0) * (x - x0)
+        inside = F.where(x == x1, f1, inside)  # NumPy's exact value at a knot
+    low = fp[0] if left is None else left
+    high = fp[-1] if right is None else right
+    out = F.where(x < xp[0], low, F.where(x > xp[-1], high, inside))
+    if not np.iscomplexobj(unbox(fp)) and dtype_of(out) != np.float64:
+        out = F.astype(out, np.float64)
+    return out
+
+
+@traceable(np.cross)
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = F.moveaxis(_operand(a), axisa, -1), F.moveaxis(_operand(b), axisb, -1)
+    da, db = _shape(a)[-1], _shape(b)[-1]
+    if da not in (2, 3) or db not in (2, 3):
+        raise ValueError("incompatible dimensions for cross product\n(dimension must be 2 or 3)")
+    a0, a1, b0, b1 = a[..., 0], a[..., 1], b[..., 0], b[..., 1]
+    cz = a0 * b1 - a1 * b0
+    if da == 2 and db == 2:
+        return cz
+    if da == 3 and db == 3:
+        a2, b2 = a[..., 2], b[..., 2]
+        cx, cy = a1 * b2 - a2 * b1, a2 * b0 - a0 * b2
+    elif da == 2:  # a's third component is 0
+        b2 = b[..., 2]
+        cx, cy = a1 * b2, -a0 * b2
+    else:
+        a2 = a[..., 2]
+        cx, cy = -a2 * b1, a2 * b0
+    out = F.stack(list(F.broadcast_arrays(cx, cy, cz)), axis=-1)
+    return F.moveaxis(out, -1, axisc)
+
+
+def _unwrap_correction(p, discont, axis, period):
+    return np.unwrap(p, discont=discont, axis=axis, period=period) - p
+
+
+_unwrap_steps = nondiff(_unwrap_correction)
+
+
+@traceable(np.unwrap)
+def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
+    """``p`` plus the multiples of ``period`` NumPy adds: constant steps, so the derivative is 1."""
+    p = _operand(p)
+    return p + _unwrap_steps(p, discont=discont, axis=axis, period=period)
+
+
+# --- assembly and shape -------------------------------------------------------------------------
+@traceable(np.append)
+def append(arr, values, axis=None):
+    arr, values = _operand(arr), _operand(values)
+    if axis is None:
+        return F.concatenate([F.ravel(arr), F.ravel(values)])
+    return F.concatenate([arr, values], axis=axis)
+
+
+@traceable(np.rot90)
+def rot90(m, k=1, axes=(0, 1)):
+    m = _operand(m)
+    nd = _ndim(m)
+    if len(axes) != 2:
+        raise ValueError("len(axes) must be 2.")
+    a0, a1 = axes[0] % nd, axes[1] % nd
+    if a0 == a1:
+        raise ValueError("Axes must be different.")
+    k %= 4
+    if k == 0:
+        return m
+    if k == 2:
+        return F.flip(F.flip(m, a0), a1)
+    order = list(range(nd))
+    order[a0], order[a1] = order[a1], order[a0]
+    if k == 1:
+        return F.transpose(F.flip(m, a1), order)
+    return F.flip(F.transpose(m, order), a1)
+
+
+@traceable(np.rollaxis)
+def rollaxis(a, axis, start=0):
+    nd = _ndim(a)
+    axis = axis % nd
+    if not -nd <= start <= nd:
+        raise np.exceptions.AxisError(f"rollaxis: start {start} out of range for {nd} dimensions")
+    start = start % (nd + 1) if start < 0 else start
+    if axis < start:
+        start -= 1
+    if axis == start:
+        return a
+    order = list(range(nd))
+    order.remove(axis)
+    order.insert(start, axis)
+    return F.transpose(a, order)
+
+
+@traceable(np.dsplit)
+def dsplit(ary, indices_or_sections):
+    if _ndim(ary) < 3:
+        raise ValueError("dsplit only works on arrays of 3 or more dimensions")
+    return F.split(ary, indices_or_sections, axis=2)
+
+
+@traceable(np.meshgrid)
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    if indexing not in ("xy", "ij"):
+        raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
+    nd = len(xi)
+    out = []
+    for i, x in enumerate(xi):
+        shape = [1] * nd
+        shape[i] = -1
+        out.append(F.reshape(_operand(x), tuple(shape)))
+    if indexing == "xy" and nd > 1:
+        out = [F.swapaxes(x, 0, 1) for x in out]
+    if not sparse:
+        out = list(F.broadcast_arrays(*out))
+    return tuple(out)
+
+
+def _block_depth(x):
+    return 1 + _block_depth(x[0]) if type(x) is list else 0
+
+
+def _block_contains_tracer(x):
+    return builtins.any(_block_contains_tracer(v) for v in x) if type(x) is list else type(x) is Tracer
+
+
+def _block_ndim(x):
+    return builtins.max(_block_ndim(v) for v in x) if type(x) is list else _ndim(x)
+
+
+def _block(x, depth, ndim):
+    if type(x) is not list:
+        x = _operand(x)
+        return F.reshape(x, (1,) * (ndim - _ndim(x)) + _shape(x))
+    return F.concatenate([_block(v, depth - 1, ndim) for v in x], axis=-depth)
+
+
+def block(arrays):
+    """``np.block``: nested lists join along the last axes, innermost list along the last."""
+    if not _block_contains_tracer(arrays):
+        return np.block(arrays)
+    depth = _block_depth(arrays)
+    return _block(arrays, depth, builtins.max(depth, _block_ndim(arrays)))
+
+
+class _Concatenator:
+    """``r_`` and ``c_``: NumPy's index tricks, with traced pieces joined by ``concatenate``."""
+
+    def __init__(self, numpy_object, axis, ndmin, trans1d):
+        self._numpy, self.axis, self.ndmin, self.trans1d = numpy_object, axis, ndmin, trans1d
+
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if not builtins.any(_contains(k) for k in key):
+            return self._numpy[key]
+        axis, ndmin, trans1d = self.axis, self.ndmin, self.trans1d
+        pieces, kinds = [], []
+        for k, item in enumerate(key):
+            if isinstance(item, str):
+                if k != 0:
+                    raise ValueError("special directives must be the first entry.")
+                if item in ("r", "c"):
+                    raise NotImplementedError("wengert.numpy.r_: the matrix directives 'r' and 'c' build "
+                                              "np.matrix, which has no traced version; use arrays")
+                numbers = [int(v) for v in item.split(",")]
+                axis, ndmin, trans1d = (numbers + [ndmin, trans1d][len(numbers) - 1:])[:3]
+                continue
+            if isinstance(item, slice):
+                item = self._numpy[item]  # a range: constant, built by NumPy
+            kinds.append(item if type(item) in np.ScalarType else dtype_of(item))
+            piece = _operand(item)
+            item_ndim = _ndim(piece)
+            if item_ndim < ndmin:
+                piece = F.reshape(piece, (1,) * (ndmin - item_ndim) + _shape(piece))
+                if trans1d != -1:
+                    k2, k1 = ndmin - item_ndim, trans1d
+                    if k1 < 0:
+                        k1 += k2 + 1
+                    axes = list(range(ndmin))
+                    piece = F.transpose(piece, axes[:k1] + axes[k2:] + axes[k1:k2])
+            pieces.append(piece)
+        dtype = np.result_type(*kinds)
+        pieces = [F.astype(p, dtype) if dtype_of(p) != dtype else p for p in pieces]
+        return F.concatenate([F.atleast_1d(p) for p in pieces], axis=axis)
+
+
+def _contains(item):
+    return F._contains_tracer(item)
+
+
+r_ = _Concatenator(np.r_, axis=0, ndmin=1, trans1d=-1)
+c_ = _Concatenator(np.c_, axis=-1, ndmin=2, trans1d=0)
+
+
+@traceable(np.apply_along_axis)
+def apply_along_axis(func1d, axis, arr, *args, **kwargs):
+    arr = _operand(arr)
+    nd = _ndim(arr)
+    axis = axis % nd
+    moved = F.moveaxis(arr, axis, -1)
+    outer = _shape(moved)[:-1]
+    results = [_operand(func1d(moved[index], *args, **kwargs)) for index in np.ndindex(*outer)]
+    if not results:
+        raise ValueError("Cannot apply_along_axis when any iteration dimensions are 0")
+    inner = _shape(results[0])
+    out = F.reshape(F.stack(results), outer + inner)
+    # the function's result axes take the place of ``axis``
+    order = list(range(axis)) + list(range(len(outer), len(outer) + len(inner))) + list(range(axis, len(outer)))
+    return F.transpose(out, order)
+
+
+@traceable(np.apply_over_axes)
+def apply_over_axes(func, a, axes):
+    a = _operand(a)
+    for axis in (axes,) if np.ndim(axes) == 0 else axes:
+        axis = axis % _ndim(a)
+        result = func(a, axis)
+        if _ndim(result) == _ndim(a):
+            a = result
+        elif _ndim(result) == _ndim(a) - 1:
+            a = F.expand_dims(result, axis)
+        else:
+            raise ValueError("function is not returning an array of the correct shape")
+    return a
+
+
+@traceable(np.select)
+def select(condlist, choicelist, default=0):
+    if len(condlist) != len(choicelist):
+        raise ValueError("list of cases must be same length as list of conditions")
+    if len(choicelist) == 0:
+        raise ValueError("select with an empty condition list is not possible")
+    dtype = np.result_type(*[dtype_of(c) for c in choicelist], dtype_of(default))
+    out = default
+    for condition, choice in zip(reversed(list(condlist)), reversed(list(choicelist))):
+        out = F.where(condition, choice, out)  # the first true condition wins
+    shape = np.broadcast_shapes(*[_shape(c) for c in condlist], *[_shape(c) for c in choicelist])
+    out = F.broadcast_to(out, shape)
+    return F.astype(out, dtype) if dtype_of(out) != dtype else out
+
+
+@traceable(np.piecewise)
+def piecewise(x, condlist, funclist, *args, **kw):
+    """Each function sees only the elements its condition selects, as in NumPy (so a function
+    undefined elsewhere gives no nan there); the pieces are written in with ``scatter_set``."""
+    x = _operand(x)
+    if np.isscalar(condlist) or (not isinstance(condlist[0], (list, np.ndarray, Tracer)) and _ndim(x) != 0):
+        condlist = [condlist]
+    conditions = [unbox_all(c) for c in condlist]
+    if builtins.any(type(c) is Tracer for c in conditions):  # batched by vmap
+        raise TypeError("piecewise: conditions that differ per example select different elements in each "
+                        "example, so each example is computed on its own")
+    conditions = [np.broadcast_to(np.asarray(c, dtype=bool), _shape(x)) for c in conditions]
+    if len(funclist) == len(conditions) + 1:  # the last function covers where no condition holds
+        conditions.append(~np.any(conditions, axis=0))
+    elif len(funclist) != len(conditions):
+        raise ValueError(f"with {len(conditions)} condition(s), either {len(conditions)} or "
+                         f"{len(conditions) + 1} functions are expected")
+    dtype = dtype_of(x)
+    out = np.zeros(_shape(x), dtype)
+    for condition, fn in zip(conditions, funclist):
+        if not condition.any():
+            continue
+        value = fn(x[condition], *args, **kw) if callable(fn) else fn
+        value = F.broadcast_to(_operand(value), (int(condition.sum()),))
+        if type(out) is Tracer or type(value) is Tracer:
+            if dtype_of(value) != dtype:
+                value = F.astype(value, dtype)
+            out = _scatter.scatter_set(out, value, index=condition)
+        else:
+            out = out.copy()
+            out[condition] = value
+    return out
+
+
+# --- elementwise ------------------------------------------------------------------------------------
+def _sinc_small(x):
+    y = np.pi * x
+    return np.abs(y) < 1e-3
+
+
+_sinc_is_small = elementwise_constant(_sinc_small)
+
+
+@traceable(np.sinc)
+def sinc(x):
+    x = _operand(x)
+    small = _sinc_is_small(x)
+    y = np.pi * F.where(small, 1.0, x)  # away from 0 in the branch that is not taken
+    y2 = (np.pi * x) * (np.pi * x)
+    taylor = 1.0 - y2 / 6.0 + y2 * y2 / 120.0  # every derivative right at and near 0
+    return F.where(small, taylor, E.sin(y) / y)
+
+
+def _nan_to_num_limits(dtype, nan, posinf, neginf):
+    info = np.finfo(dtype)
+    return nan, info.max if posinf is None else posinf, info.min if neginf is None else neginf
+
+
+@traceable(np.nan_to_num)
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    x = _operand(x)
+    if not np.issubdtype(x.dtype, np.inexact):
+        return x
+    if np.iscomplexobj(unbox(x)):
+        parts = [nan_to_num(F.real(x), nan=nan, posinf=posinf, neginf=neginf),
+                 nan_to_num(F.imag(x), nan=nan, posinf=posinf, neginf=neginf)]
+        return parts[0] + 1j * parts[1]
+    nan, posinf, neginf = _nan_to_num_limits(x.dtype, nan, posinf, neginf)
+    out = F.where(F.isnan(x), nan, x)
+    out = F.where(isposinf(x), posinf, out)
+    out = F.where(isneginf(x), neginf, out)
+    return F.astype(out, x.dtype) if dtype_of(out) != x.dtype else out
+
+
+@traceable(np.real_if_close)
+def real_if_close(a, tol=100):
+    a = _operand(a)
+    if not np.iscomplexobj(unbox(a)):
+        return a
+    eps = np.finfo(unbox(a).real.dtype).eps
+    tol = tol * eps if tol > 1 else tol
+    if np.all(np.abs(np.imag(unbox(a))) < tol):  # the whole value (every example under vmap)
+        return F.real(a)
+    return a
+
+
+@traceable(np.copysign)
+def copysign(x1, x2, /):
+    x1 = _operand(x1)
+    magnitude = E.absolute(x1)
+    return F.where(F.signbit(x2), -magnitude, magnitude)
+
+
+def _elementwise_nondiff(np_fn):
+    """``np_fn`` without a derivative, batched by vmap as the elementwise function it is."""
+    def fn(*args):
+        return np_fn(*args)
+    fn.elementwise = True
+    fn.__name__ = fn.__qualname__ = np_fn.__name__
+    return nondiff(fn)
+
+
+isposinf = _elementwise_nondiff(np.isposinf)
+isneginf = _elementwise_nondiff(np.isneginf)
+isreal = _elementwise_nondiff(np.isreal)
+iscomplex = _elementwise_nondiff(np.iscomplex)
+
+
+def _power_of_two(x, exponent):
+    return np.ldexp(np.ones_like(x), exponent)
+
+
+def _frexp_exponent(x):
+    return np.frexp(x)[1]
+
+
+_scale_by_power_of_two = elementwise_constant(_power_of_two)
+_exponent = elementwise_constant(_frexp_exponent)
+
+
+@traceable(np.ldexp)
+def ldexp(x1, x2, /):
+    """``x1 * 2**x2``, exactly (a power of two scales without rounding)."""
+    if not np.issubdtype(dtype_of(x2), np.integer):
+        raise TypeError("ldexp: the exponent x2 must be an integer array")
+    x1 = _operand(x1)
+    return x1 * _scale_by_power_of_two(x1, x2)
+
+
+@traceable(np.frexp)
+def frexp(x, /):
+    x = _operand(x)
+    exponent = _exponent(x)
+    return ldexp(x, -exponent), exponent
+
+
+@traceable(np.modf)
+def modf(x, /):
+    x = _operand(x)
+    whole = F.trunc(x)
+    return x - whole, whole
+
+
+# --- NumPy 2's array-API names --------------------------------------------------------------------
+@traceable(np.matrix_transpose)
+def matrix_transpose(x, /):
+    if _ndim(x) < 2:
+        raise ValueError("Input array must be at least 2-dimensional")
+    return F.swapaxes(x, -1, -2)
+
+
+@traceable(np.permute_dims)
+def permute_dims(a, axes=None):
+    return F.transpose(a, axes)
+
+
+concat = F.concatenate
+
+
+@traceable(np.unstack)
+def unstack(x, /, *, axis=0):
+    x = _operand(x)
+    nd = _ndim(x)
+    if nd == 0:
+        raise ValueError("Input array must be at least 1-d.")
+    axis = axis % nd
+    return tuple(x[_axis_slice(nd, axis, i)] for i in range(_shape(x)[axis]))
+
+
+@traceable(np.vecdot)
+def vecdot(x1, x2, /, *, axis=-1, **kwargs):
+    F._unsupported("vecdot", **kwargs)
+    x1, x2 = _operand(x1), _operand(x2)
+    return F.sum(F.conj(x1) * x2, axis=axis)
+
+
+@traceable(np.matvec)
+def matvec(x1, x2, /, **kwargs):
+    F._unsupported("matvec", **kwargs)
+    return F.matmul(x1, F.expand_dims(_operand(x2), -1))[..., 0]
+
+
+@traceable(np.vecmat)
+def vecmat(x1, x2, /, **kwargs):
+    F._unsupported("vecmat", **kwargs)
+    return F.matmul(F.expand_dims(F.conj(_operand(x1)), -2), x2)[..., 0, :]
+
+
+def _cumulative(scan, name):
+    @traceable(getattr(np, name))
+    def cumulative(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+        F._unsupported(name, out=out)
+        x = _operand(x)
+        if axis is None:
+            if _ndim(x) > 1:
+                raise ValueError(f"{name}: axis must be given for arrays of more than one dimension")
+            axis = 0
+        result = scan(x, axis=axis, dtype=dtype)
+        if include_initial:
+            shape = list(_shape(result))
+            shape[axis % len(shape)] = 1
+            start = F.zeros_like(result[_axis_slice(len(shape), axis % len(shape), slice(0, 1))])
+            start = start + (0.0 if name == "cumulative_sum" else 1.0)
+            result = F.concatenate([F.astype(start, dtype_of(result)), result], axis=axis)
+        return result
+    return cumulative
+
+
+cumulative_sum = _cumulative(F.cumsum, "cumulative_sum")
+cumulative_prod = _cumulative(F.cumprod, "cumulative_prod")
+
+
+
+_NOT_EXPORTED = {"annotations", "builtins", "importlib", "np", "Tracer", "dtype_of", "unbox", "E", "elementwise_constant", "nondiff", "unbox_all", "F", "traceable"}
+__all__ = [n for n in list(globals()) if not n.startswith("_") and n not in _NOT_EXPORTED]
