@@ -114,11 +114,39 @@ def test_linalg_holomorphic_functions_and_refusals():
     a, b = _z(rng, (3, 3)) + 3 * np.eye(3), _z(rng, (3,))
     wg.check_grads(lambda a: wnp.linalg.inv(a) @ b, (a,), order=2)
     wg.check_grads(lambda a: wnp.linalg.det(a) + wnp.linalg.solve(a, b)[0], (a,), order=2)
-    for name in ("cholesky", "eigvalsh", "qr", "svd"):
+    for name in ("qr", "svd"):  # their vectors' phase conventions are not written for complex matrices
         with pytest.raises(NotImplementedError, match="complex"):
             wg.grad(lambda a: wnp.sum(wnp.abs(wnp.ravel(getattr(wnp.linalg, name)(a)[0]))))(a)
+    # singular values: first order (their second derivative goes through the complex SVD's rule)
+    for f in (lambda a: wnp.linalg.norm(a, 2), lambda a: wnp.linalg.norm(a, "nuc"), lambda a: wnp.linalg.norm(a, -2),
+              lambda a: wnp.linalg.svd(a, compute_uv=False)):
+        np.testing.assert_allclose(wg.vjp(f, a)[0], f(a))
+        wg.check_grads(f, (a,), modes=("fwd", "rev"))
     with pytest.raises(NotImplementedError, match="complex"):
-        wg.grad(lambda a: wnp.linalg.norm(a, 2))(a)
+        wg.hessian(lambda a: wnp.linalg.norm(a, "nuc"))(a)
+
+
+def _hermitian(rng, n):
+    z = _z(rng, (n, n))
+    return z @ z.conj().T + n * np.eye(n)
+
+
+@pytest.mark.parametrize("name, f", [
+    ("cholesky", lambda h: wnp.linalg.cholesky(h)),
+    ("cholesky upper", lambda h: wnp.linalg.cholesky(h, upper=True)),
+    ("eigvalsh", lambda h: wnp.linalg.eigvalsh(h)),
+    ("eigvalsh UPLO=U", lambda h: wnp.linalg.eigvalsh(h, UPLO="U")),
+    ("eigh values", lambda h: wnp.linalg.eigh(h)[0]),
+    # eigenvectors have an arbitrary phase: |v|^2 and v v^H do not depend on it
+    ("eigh |v|^2", lambda h: wnp.abs(wnp.linalg.eigh(h)[1]) ** 2),
+    ("eigh projector", lambda h: (lambda v: v[:, :1] @ wnp.conj(v[:, :1]).T)(wnp.linalg.eigh(h)[1])),
+])
+def test_hermitian_factorizations_of_complex_matrices(name, f):
+    """The matrix NumPy reads is the Hermitian one of a triangle: perturbing the other triangle or the
+    diagonal's imaginary part changes nothing, which finite differences see too."""
+    h = _hermitian(np.random.default_rng(7), 3)
+    np.testing.assert_allclose(wg.vjp(f, h)[0], f(h), rtol=1e-12, atol=1e-12)
+    wg.check_grads(f, (h,), order=2, modes=("fwd", "rev"))
 
 
 # --- forward mode: the JVP is the real-linear map dz -> J dz ------------------------------------

@@ -110,8 +110,8 @@ def test_vjp_fn_checks_the_cotangent_against_the_output():
 
 # --- functions without a derivative --------------------------------------------------------------------
 @pytest.mark.parametrize("name, call", [
-    ("numpy.roots", lambda x: np.roots(x).real),
-    ("numpy.linalg.eigvals", lambda x: np.linalg.eigvals(x.reshape(2, 2)).real),
+    ("numpy.polydiv", lambda x: np.polydiv(x, x[:2])[0]),
+    ("numpy.union1d", lambda x: np.union1d(x, x)),
     ("numpy.add.reduceat", lambda x: np.add.reduceat(x, [0, 2])),
 ])
 def test_a_numpy_function_without_a_rule_raises_no_derivative_error_naming_it(name, call):

@@ -544,7 +544,8 @@ NOT_BATCHABLE = {
     "histogram edges": "np.histogram returns a tuple: vmap runs it once per example (test_vmap.py)",
     # each function sees the elements its condition selects, which differ per example (a loop)
     "piecewise": "conditions that depend on the values", "piecewise otherwise": "the same",
-    "piecewise constant": "the same",
+    "piecewise constant": "the same", "trim_zeros": "the result's length depends on each example's values",
+    "roots": "the number of roots depends on each example's zero coefficients",
 }
 
 

@@ -758,3 +758,51 @@ def test_jacobian_inside_vmap_is_batched(f):
                                   _sum_sin(_L.cholesky), lambda a: _L.norm(a)])
 def test_hessian_inside_vmap_is_batched(loss):
     _inside_vmap_equals_loop(wg.hessian(loss), (_SPD[:, :2, :2],), (0,))
+
+
+# --- general (non-symmetric) eigenproblem: eig and eigvals ------------------------------------------------
+def _nonsymmetric(seed, complex_values=False, shape=(3, 3)):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    return a + 1j * rng.standard_normal(shape) if complex_values else a
+
+
+EIG_CASES = {  # functions that do not depend on the eigenvectors' phase (LAPACK's, arbitrary)
+    "eigvals": lambda a: la.eigvals(a),
+    "eig values": lambda a: la.eig(a).eigenvalues,
+    "eig |v|^2": lambda a: wnp.abs(la.eig(a)[1]) ** 2,
+    "eig v_j v_j^H / |v_j|^2": lambda a: (lambda v: v[:, 1:2] @ wnp.conj(v[:, 1:2]).T)(la.eig(a)[1]),
+    "eig reconstruction": lambda a: (lambda w, v: v @ (w[:, None] * la.inv(v)))(*la.eig(a)),
+}
+
+
+@pytest.mark.parametrize("complex_values", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("name", list(EIG_CASES))
+def test_eig_and_eigvals_of_nonsymmetric_matrices(name, complex_values):
+    """A real matrix has complex eigenvalues in conjugate pairs (seed 4: one pair); both modes, second order."""
+    f = EIG_CASES[name]
+    a = _nonsymmetric(4, complex_values)
+    out = wg.vjp(f, a)[0]
+    np.testing.assert_allclose(out, f(a), rtol=1e-10, atol=1e-10)
+    assert np.iscomplexobj(la.eigvals(a))
+    wg.check_grads(f, (a,), order=2, modes=("fwd", "rev"))
+
+
+def test_eig_with_real_eigenvalues_is_real_and_reconstructs_its_matrix():
+    a = np.array([[2.0, 1.0, 0.0], [0.5, 3.0, 0.2], [0.0, 0.1, -1.0]])
+    assert la.eigvals(a).dtype == np.float64
+    wg.check_grads(lambda a: la.eigvals(a), (a,), order=2, modes=("fwd", "rev"))
+    # the reconstruction V diag(w) V^-1 is the identity map: its Jacobian is the identity
+    recon = lambda a: (lambda w, v: v @ (w[:, None] * la.inv(v)))(*la.eig(a))  # noqa: E731
+    np.testing.assert_allclose(wg.jacobian(recon)(a).reshape(9, 9), np.eye(9), atol=1e-10)
+
+
+def test_eig_under_vmap_and_on_a_stack():
+    stack = np.stack([_nonsymmetric(s) for s in (3, 4, 5)])
+    f = lambda a: wnp.sum(wnp.abs(la.eigvals(a)) ** 2)  # noqa: E731
+    per_example = np.stack([wg.grad(f)(m) for m in stack])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(wg.vmap(wg.grad(f))(stack), per_example, rtol=1e-10)
+    np.testing.assert_allclose(wg.grad(f)(stack), per_example, rtol=1e-10)
+    wg.check_grads(lambda a: wnp.abs(la.eig(a)[1]) ** 2, (stack,), modes=("fwd", "rev"))

@@ -546,6 +546,7 @@ case("apply_over_axes", lambda x: wnp.apply_over_axes(wnp.sum, x, [0, 2]), real(
 case("select", lambda x, y: wnp.select([x > 0.5, x < -0.5], [x * y, x ** 2], default=y), nonzero(3, 4), real(4),
      order2=True)
 case("select constant choice", lambda x: wnp.select([x > 0], [x], 0.0), nonzero(5))
+case("select choices of different shapes", lambda x, y: wnp.select([_MASK, ~_MASK], [x, y]), real(3, 4), real(4))
 case("piecewise", lambda x: wnp.piecewise(x, [x < 0, x >= 0], [lambda v: v ** 2, wnp.sin]), nonzero(5), order2=True)
 case("piecewise otherwise", lambda x: wnp.piecewise(x, [x < -0.5], [wnp.exp, lambda v: wnp.log(wnp.abs(v) + 2)]),
      real(2, 3))
@@ -576,6 +577,47 @@ case("einsum sublists", lambda a, b: wnp.einsum(a, [0, 1], b, [1, 2], [0, 2]), r
 case("einsum sublists ellipsis", lambda a: wnp.einsum(a, [Ellipsis, 0, 0]), real(2, 3, 3))
 case("where by keyword", lambda x, y: wnp.where(_MASK, x=x, y=y), real(3, 4), real(4))
 
+case("linspace", lambda a, b: wnp.linspace(a, b, 5), real(), real(), order2=True)
+case("linspace arrays axis endpoint", lambda a, b: wnp.linspace(a, b, 4, endpoint=False, axis=1), real(2), real(2))
+case("linspace retstep", lambda a: wnp.linspace(a, 2.0, 3, retstep=True), real())
+case("logspace", lambda a, b: wnp.logspace(a, b, 4, base=2.0), real(), real(3))
+case("geomspace", lambda a, b: wnp.geomspace(a, b, 5), pos(), pos(2))
+case("i0", wnp.i0, real(2, 3), order2=True)
+case("i0 large", lambda x: wnp.i0(x * 8), pos(4))
+case("kaiser", lambda b: wnp.kaiser(6, b), pos())
+case("asanyarray and friends", lambda x: wnp.asanyarray(x) + wnp.ascontiguousarray(x) * wnp.asfortranarray(x)
+     - wnp.require(x) + wnp.asarray_chkfinite(x), real(2, 3))
+case("full", lambda v: wnp.full((2, 3), v), real(3))
+case("diagflat", lambda v: wnp.diagflat(v, 1), real(2, 2))
+case("extract", lambda x: wnp.extract(_MASK, x), real(3, 4))
+case("compress", lambda x: wnp.compress([True, False, True], x, axis=0), real(3, 4))
+case("delete", lambda x: wnp.delete(x, [0, 2], axis=1), real(3, 4))
+case("delete flat", lambda x: wnp.delete(x, 1), real(2, 3))
+case("insert", lambda x, v: wnp.insert(x, 1, v, axis=1), real(3, 4), real(3))
+case("insert several", lambda x, v: wnp.insert(x, [0, 2, 2], v), real(4), real(3))
+case("resize", lambda x: wnp.resize(x, (3, 3)), real(2, 2))
+case("choose", lambda a, b: wnp.choose(np.array([[0, 1, 1], [1, 0, 0]]), [a, b]), real(2, 3), real(3))
+case("sort_complex", wnp.sort_complex, distinct(4))
+case("trim_zeros", lambda x: wnp.trim_zeros(x * np.array([0.0, 1, 0, 1, 0, 0])), real(6))
+case("divmod", lambda x: wnp.divmod(x, 0.7)[1], big(5))
+case("polyadd", wnp.polyadd, real(3), real(2))
+case("polysub", wnp.polysub, real(2), real(4))
+case("polymul", wnp.polymul, real(3), real(2), order2=True)
+case("polyder", lambda p: wnp.polyder(p, 2), real(4))
+case("polyint", lambda p, k: wnp.polyint(p, 2, k), real(3), real(2))
+case("poly", wnp.poly, real(3), order2=True)
+case("poly of a matrix", lambda a: wnp.poly(a + np.diag([0.0, 3.0, -2.0])), real(3, 3))
+case("roots", lambda p: wnp.roots(p * np.array([1.0, 1, 1, 0])), real(4), order2=True)
+case("fft.hfft", lambda a, b: wnp.fft.hfft(a + 1j * b, 6), real(4), real(4))
+case("fft.ihfft", lambda a: wnp.fft.ihfft(a, norm="ortho"), real(5))
+case("np.add.accumulate", lambda x: np.add.accumulate(x, axis=1), real(2, 3))
+case("np.multiply.accumulate", lambda x: np.multiply.accumulate(x), near1(3, 2))
+case("np.logaddexp.reduce", lambda x: np.logaddexp.reduce(x, axis=1), real(2, 4), order2=True)
+case("np.logaddexp2.reduce keepdims", lambda x: np.logaddexp2.reduce(x, axis=0, keepdims=True), real(3, 2))
+case("np.hypot.reduce (a fold)", lambda x: np.hypot.reduce(x, axis=0), nonzero(3, 2))
+case("np.maximum.accumulate (a scan)", lambda x: np.maximum.accumulate(x, axis=0), distinct(4, 2))
+case("np.subtract.outer", lambda a, b: np.subtract.outer(a, b), real(3), real(2, 2))
+case("np.add.reduce initial", lambda x: np.add.reduce(x, axis=None, initial=1.5), real(2, 2))
 case("median", wnp.median, distinct(5), order2=True)
 case("median even axis", lambda x: wnp.median(x, axis=1), distinct(3, 4))
 case("median axes keepdims", lambda x: wnp.median(x, axis=(0, 2), keepdims=True), distinct(2, 3, 2))
@@ -777,10 +819,10 @@ def test_nondifferentiable_results_have_zero_gradient_but_do_not_stop_others():
 
 
 def test_numpy_function_without_a_rule_names_it():
-    with pytest.raises(wg.NoDerivativeError, match="roots"):
-        wg.grad(lambda x: wnp.sum(np.roots(x).real))(np.arange(1.0, 4.0))
-    with pytest.raises(wg.NoDerivativeError, match="roots"):
-        wg.grad(lambda x: wnp.sum(wnp.roots(x).real))(np.arange(1.0, 4.0))
+    with pytest.raises(wg.NoDerivativeError, match="polydiv"):
+        wg.grad(lambda x: wnp.sum(np.polydiv(x, x[:2])[0]))(np.arange(1.0, 4.0))
+    with pytest.raises(wg.NoDerivativeError, match="polydiv"):
+        wg.grad(lambda x: wnp.sum(wnp.polydiv(x, x[:2])[0]))(np.arange(1.0, 4.0))
     with pytest.raises(TypeError, match="gradient"):
         wg.grad(lambda x: np.asarray(x).sum())(np.arange(3.0))
 
@@ -914,3 +956,30 @@ def test_astype_gradient_comes_back_in_the_input_dtype():
     np.testing.assert_allclose(g32, 2 * x)
     # casting to an integer type ends differentiation
     np.testing.assert_array_equal(wg.grad(lambda x: wnp.sum(x.astype(int) * x))(x), x.astype(int))
+
+
+# --- std at zero variance: derivative 0 (wengert's convention; JAX gives nan) -------------------------
+def test_std_at_zero_variance_has_derivative_zero_in_every_mode():
+    """std is a cone at constant data (it grows like |t| along any direction): 0 is the subgradient
+    of least norm, as abs and norm give at 0. The value is NumPy's, nan stays nan."""
+    x = np.full((2, 3), 1.5)
+    assert wnp.std(x) == 0.0
+    np.testing.assert_array_equal(wg.grad(wnp.std)(x), np.zeros_like(x))
+    np.testing.assert_array_equal(wg.grad(lambda x: wnp.sum(wnp.std(x, axis=1)))(x), np.zeros_like(x))
+    np.testing.assert_array_equal(wg.jvp(wnp.std, (x,), (np.ones_like(x),))[1], 0.0)
+    np.testing.assert_array_equal(wg.hessian(wnp.std)(x), np.zeros((2, 3, 2, 3)))
+    # one lane constant, the other not: only the constant lane's derivative is 0
+    y = np.array([[1.0, 1.0, 1.0], [0.5, -1.0, 2.0]])
+    g = wg.grad(lambda y: wnp.sum(wnp.std(y, axis=1)))(y)
+    np.testing.assert_array_equal(g[0], 0.0)
+    wg.check_grads(lambda v: wnp.std(v), (y[1],))
+    assert np.isnan(wg.value_and_grad(wnp.std)(np.array([1.0, np.nan]))[0])
+    np.testing.assert_array_equal(wg.grad(wnp.nanstd)(np.array([2.0, np.nan, 2.0])), [0.0, 0.0, 0.0])
+
+
+def test_var_and_std_of_complex_values_are_real():
+    z = np.array([1 + 2j, -0.5 + 1j, 2 - 1j])
+    out, _ = wg.vjp(wnp.var, z)
+    assert out.dtype == np.var(z).dtype == np.float64
+    np.testing.assert_allclose(out, np.var(z))
+    np.testing.assert_allclose(wg.vjp(wnp.std, z)[0], np.std(z))

@@ -15,7 +15,8 @@ from transform_checks import inside_vmap_equals_loop, no_warnings
 
 # rows that cannot be batched at all: the result's size depends on the values of one example, or
 # (piecewise) each function is applied to the elements one example's conditions select
-RAGGED = {"x[x > 0]", "unique", "unique axis=1", "piecewise", "piecewise otherwise", "piecewise constant"}
+RAGGED = {"x[x > 0]", "unique", "unique axis=1", "piecewise", "piecewise otherwise", "piecewise constant",
+          "trim_zeros", "roots"}
 # rows vmap runs once per example, with a warning: np.histogram returns a tuple (counts, edges)
 LOOPED = {"histogram edges"}
 

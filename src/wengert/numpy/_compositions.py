@@ -9,14 +9,16 @@ comparison), as NumPy computes them.
 from __future__ import annotations
 
 import builtins
+import functools
 import importlib
+import operator
 
 import numpy as np
 
 from ..core.trace import Tracer, dtype_of, unbox
 from ..primitives import elementwise as E
 from ..primitives import scatter as _scatter
-from ..primitives._table import elementwise_constant, nondiff, unbox_all
+from ..primitives._table import constant, elementwise_constant, nondiff, unbox_all
 from . import _functions as F
 from ._functions import traceable
 
@@ -27,6 +29,22 @@ _linalg = importlib.import_module(f"{__package__}.linalg")
 _NO_VALUE = np._NoValue
 _ndim, _shape = F._ndim, F._shape
 _operand = F._as_traced_operand
+
+
+def _traceable_lists(np_fn):
+    """Like ``traceable``, for functions whose list arguments are lists of separate arrays (of
+    different shapes), which must not be stacked into one."""
+    def decorate(fn):
+        @functools.wraps(np_fn)
+        def call(*args, **kwargs):
+            if F._has_tracer(args, kwargs):
+                return fn(*args, **kwargs)
+            return np_fn(*args, **kwargs)
+
+        call.traced_body = fn
+        return call
+
+    return decorate
 
 
 def _axis_slice(ndim, axis, index):
@@ -506,7 +524,7 @@ def apply_over_axes(func, a, axes):
     return a
 
 
-@traceable(np.select)
+@_traceable_lists(np.select)
 def select(condlist, choicelist, default=0):
     if len(condlist) != len(choicelist):
         raise ValueError("list of cases must be same length as list of conditions")
@@ -734,5 +752,396 @@ cumulative_prod = _cumulative(F.cumprod, "cumulative_prod")
 
 
 
-_NOT_EXPORTED = {"annotations", "builtins", "importlib", "np", "Tracer", "dtype_of", "unbox", "E", "elementwise_constant", "nondiff", "unbox_all", "F", "traceable"}
+# --- ranges and special functions ---------------------------------------------------------------------
+@traceable(np.linspace)
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *, device=None):
+    """Differentiable in ``start`` and ``stop``; NumPy's arithmetic (``start + k * step``, the last
+    point exactly ``stop``)."""
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    div = (num - 1) if endpoint else num
+    kind = np.result_type(*[dtype_of(v) if type(v) is Tracer or isinstance(v, np.ndarray) else v
+                            for v in (start, stop)], float(num))
+    start, stop = _operand(start), _operand(stop)
+    delta = stop - start
+    extra = np.broadcast_shapes(_shape(start), _shape(stop))
+    steps = np.arange(num, dtype=kind).reshape((-1,) + (1,) * len(extra))
+    if div > 0:
+        step = delta / div
+        y = steps * step if not np.any(unbox(step) == 0) else steps / div * delta
+    else:
+        step = np.nan
+        y = steps * delta
+    y = y + start
+    if endpoint and num > 1:
+        y = F.concatenate([y[:-1], F.expand_dims(F.broadcast_to(stop, extra), 0)])
+    if axis != 0:
+        y = F.moveaxis(y, 0, axis)
+    if dtype is not None:
+        if np.issubdtype(dtype, np.integer):
+            y = F.floor(y)
+        y = F.astype(y, dtype)
+    return (y, step) if retstep else y
+
+
+@traceable(np.logspace)
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+    y = linspace(start, stop, num=num, endpoint=endpoint, axis=axis)
+    base = _operand(base)
+    if _ndim(base) > 0:
+        base = F.expand_dims(base, axis)
+    out = E.power(base, y)
+    return F.astype(out, dtype) if dtype is not None else out
+
+
+@traceable(np.geomspace)
+def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
+    start, stop = _operand(start), _operand(stop)
+    if np.any(unbox(start) == 0) or np.any(unbox(stop) == 0):
+        raise ValueError("Geometric sequence cannot include zero")
+    if np.iscomplexobj(unbox(start)) or np.iscomplexobj(unbox(stop)):
+        raise NotImplementedError("wengert.numpy.geomspace: complex end points are not supported on traced values")
+    sign = np.sign(unbox_all(start))
+    y = sign * E.exp(linspace(E.log(start * sign), E.log(stop * sign), num=num, endpoint=endpoint))
+    if num > 0:  # NumPy's end points are exact
+        y = F.concatenate([F.expand_dims(F.broadcast_to(start, _shape(y)[1:]), 0), y[1:]])
+        if endpoint and num > 1:
+            y = F.concatenate([y[:-1], F.expand_dims(F.broadcast_to(stop, _shape(y)[1:]), 0)])
+    if axis != 0:
+        y = F.moveaxis(y, 0, axis)
+    return F.astype(y, dtype) if dtype is not None else y
+
+
+@traceable(np.i0)
+def i0(x):
+    """The modified Bessel function I0 as the mean of ``exp(x cos t)`` over ``n`` equally spaced
+    angles (the trapezoid rule, exact to rounding for a periodic integrand once ``n`` exceeds about
+    ``9 sqrt|x|``): every derivative follows from exp's."""
+    x = _operand(x)
+    if np.iscomplexobj(unbox(x)):
+        raise TypeError("i0 not supported for complex values")
+    if not np.issubdtype(dtype_of(x), np.inexact):
+        x = F.astype(x, np.float64)
+    value = np.abs(unbox(x))
+    n = 24 + int(9 * np.sqrt(float(np.max(value)) if value.size else 0.0))
+    cosines = np.cos(2 * np.pi * np.arange(n) / n)
+    return F.mean(E.exp(F.expand_dims(x, -1) * cosines), axis=-1)
+
+
+@traceable(np.kaiser)
+def kaiser(M, beta):  # noqa: N803 - NumPy's name
+    if M == 1:
+        return np.ones(1, dtype=np.result_type(0.0, dtype_of(beta)))
+    n = np.arange(0, M)
+    alpha = (M - 1) / 2.0
+    return i0(beta * np.sqrt(1 - ((n - alpha) / alpha) ** 2.0)) / i0(beta)
+
+
+# --- conversions, selections, rearrangements ------------------------------------------------------
+@traceable(np.asanyarray)
+def asanyarray(a, dtype=None, order=None, *, like=None, **kwargs):
+    return F.asarray(a, dtype=dtype)
+
+
+@traceable(np.ascontiguousarray)
+def ascontiguousarray(a, dtype=None, *, like=None):
+    return F.asarray(a, dtype=dtype)
+
+
+@traceable(np.asfortranarray)
+def asfortranarray(a, dtype=None, *, like=None):
+    return F.asarray(a, dtype=dtype)  # memory order is NumPy's business; the values are the same
+
+
+@traceable(np.require)
+def require(a, dtype=None, requirements=None, *, like=None):
+    return F.asarray(a, dtype=dtype)
+
+
+@traceable(np.asarray_chkfinite)
+def asarray_chkfinite(a, dtype=None, order=None):
+    a = F.asarray(a, dtype=dtype)
+    if not np.all(np.isfinite(unbox(a))):
+        raise ValueError("array must not contain infs or NaNs")
+    return a
+
+
+@traceable(np.full)
+def full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
+    """Differentiable in ``fill_value``."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    out = F.broadcast_to(_operand(fill_value), shape) + 0  # a copy, as NumPy's
+    return F.astype(out, dtype) if dtype is not None else out
+
+
+@traceable(np.diagflat)
+def diagflat(v, k=0):
+    return F.diag(F.ravel(v), k)
+
+
+@traceable(np.extract)
+def extract(condition, arr):
+    return F.ravel(arr)[np.ravel(np.asarray(unbox_all(condition))).astype(bool)]
+
+
+@traceable(np.compress)
+def compress(condition, a, axis=None, out=None):
+    F._unsupported("compress", out=out)
+    keep = np.flatnonzero(np.asarray(unbox_all(condition)))
+    return F.take(a, keep, axis=axis)
+
+
+@traceable(np.delete)
+def delete(arr, obj, axis=None):
+    arr = _operand(arr)
+    if axis is None:
+        arr, axis = F.ravel(arr), 0
+    axis = axis % _ndim(arr)
+    keep = np.delete(np.arange(_shape(arr)[axis]), unbox_all(obj))
+    return F.take(arr, keep, axis=axis)
+
+
+@traceable(np.insert)
+def insert(arr, obj, values, axis=None):
+    """NumPy's own insert applied to labels of the elements, then read: the same placement and
+    broadcasting of ``values`` for every form of ``obj``."""
+    arr, values = _operand(arr), _operand(values)
+    size = int(np.prod(_shape(arr), dtype=np.int64))
+    labels = np.arange(size).reshape(_shape(arr))
+    value_labels = size + np.arange(int(np.prod(_shape(values), dtype=np.int64))).reshape(_shape(values))
+    order = np.insert(labels, unbox_all(obj), value_labels, axis=axis)
+    source = F.concatenate([F.ravel(arr), F.ravel(F.astype(values, dtype_of(arr)))])
+    return source[order]
+
+
+@traceable(np.resize)
+def resize(a, new_shape):
+    new_shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
+    flat = F.ravel(a)
+    total = int(np.prod(new_shape, dtype=np.int64))
+    if total == 0 or _shape(flat)[0] == 0:
+        return F.reshape(flat[:0], (0,)) if total == 0 else np.zeros(new_shape, dtype_of(a))
+    copies = -(-total // _shape(flat)[0])
+    return F.reshape(F.concatenate([flat] * copies)[:total], new_shape)
+
+
+@_traceable_lists(np.choose)
+def choose(a, choices, out=None, mode="raise"):
+    F._unsupported("choose", out=out)
+    if mode != "raise":
+        raise NotImplementedError("wengert.numpy.choose: only mode='raise' is supported on traced values")
+    index = np.asarray(unbox_all(a))
+    pieces = F.broadcast_arrays(*[_operand(c) for c in choices], np.zeros(index.shape))[:-1]
+    stacked = F.stack(pieces)
+    index = np.broadcast_to(index, _shape(stacked)[1:])[None]
+    return F.take_along_axis(stacked, index, axis=0)[0]
+
+
+@traceable(np.sort_complex)
+def sort_complex(a):
+    a = _operand(a)
+    out = F.take_along_axis(a, F.argsort(a, axis=-1), axis=-1)
+    if np.iscomplexobj(unbox(a)):
+        return out
+    return F.astype(out, np.result_type(dtype_of(a), np.complex64))
+
+
+@traceable(np.trim_zeros)
+def trim_zeros(filt, trim="fb", axis=None):
+    filt = _operand(filt)
+    if _ndim(filt) != 1:
+        raise NotImplementedError("wengert.numpy.trim_zeros: only 1-D arrays on traced values")
+    if type(unbox_all(filt)) is Tracer:  # batched by vmap
+        raise TypeError("trim_zeros: the trimmed length depends on each example's values, so each example "
+                        "is computed on its own")
+    nonzero = np.flatnonzero(unbox(filt))
+    if nonzero.size == 0:
+        return filt[:0]
+    first = nonzero[0] if "f" in trim.lower() else 0
+    last = nonzero[-1] + 1 if "b" in trim.lower() else _shape(filt)[0]
+    return filt[first:last]
+
+
+@traceable(np.divmod)
+def divmod(x1, x2, /):  # noqa: A001 - NumPy's name
+    return F.floor_divide(x1, x2), E.remainder(x1, x2)
+
+
+# --- polynomials (coefficients, highest power first) ------------------------------------------------
+def _poly_pad(p, n):
+    p = F.atleast_1d(_operand(p))
+    return F.concatenate([np.zeros(n - _shape(p)[0], dtype_of(p)), p]) if _shape(p)[0] < n else p
+
+
+@traceable(np.polyadd)
+def polyadd(a1, a2):
+    n = builtins.max(_shape(F.atleast_1d(_operand(a1)))[0], _shape(F.atleast_1d(_operand(a2)))[0])
+    return _poly_pad(a1, n) + _poly_pad(a2, n)
+
+
+@traceable(np.polysub)
+def polysub(a1, a2):
+    n = builtins.max(_shape(F.atleast_1d(_operand(a1)))[0], _shape(F.atleast_1d(_operand(a2)))[0])
+    return _poly_pad(a1, n) - _poly_pad(a2, n)
+
+
+@traceable(np.polymul)
+def polymul(a1, a2):
+    return convolve(F.atleast_1d(_operand(a1)), F.atleast_1d(_operand(a2)))
+
+
+@traceable(np.polyder)
+def polyder(p, m=1):
+    p = _operand(p)
+    for _ in range(m):
+        n = _shape(p)[0] - 1
+        p = p[:-1] * np.arange(n, 0, -1) if n > 0 else p[:0] * 0
+    return p if _shape(p)[0] else F.reshape(F.sum(p) * 0, (1,))
+
+
+@traceable(np.polyint)
+def polyint(p, m=1, k=None):
+    p = _operand(p)
+    constants = np.zeros(m) if k is None else k
+    constants = F.atleast_1d(_operand(constants))
+    if _shape(constants)[0] == 1 and m > 1:
+        constants = F.broadcast_to(constants, (m,))
+    for i in range(m):
+        n = _shape(p)[0]
+        p = F.concatenate([p / np.arange(n, 0, -1), F.reshape(constants[i], (1,))])
+    return p
+
+
+@traceable(np.poly)
+def poly(seq_of_zeros):
+    zeros = _operand(seq_of_zeros)
+    if _ndim(zeros) == 2 and _shape(zeros)[0] == _shape(zeros)[1] and _shape(zeros)[0] != 0:
+        zeros = _linalg.eigvals(zeros)  # the characteristic polynomial
+    elif _ndim(zeros) != 1:
+        raise ValueError("input must be 1d or non-empty square 2d array.")
+    a = np.ones(1, dtype_of(zeros))
+    for i in range(_shape(zeros)[0]):
+        a = convolve(F.atleast_1d(_operand(a)), F.stack([np.ones((), dtype_of(zeros)), -zeros[i]]))
+    if np.iscomplexobj(unbox(zeros)):  # roots in conjugate pairs give real coefficients, as in NumPy
+        values = np.asarray(unbox(zeros))
+        if np.all(np.sort(values) == np.sort(values.conjugate())):
+            a = F.real(a)
+    return a
+
+
+@traceable(np.roots)
+def roots(p):
+    """The eigenvalues of the companion matrix, as NumPy computes them (leading and trailing zeros
+    of ``p`` are read from its values)."""
+    p = F.atleast_1d(_operand(p))
+    if _ndim(p) != 1:
+        raise ValueError("Input must be a rank-1 array.")
+    if type(unbox_all(p)) is Tracer:  # batched by vmap
+        raise TypeError("roots: how many roots there are depends on each example's zero coefficients, so "
+                        "each example is computed on its own")
+    nonzero = np.flatnonzero(unbox(p))
+    if len(nonzero) == 0:
+        return np.array([])
+    trailing = _shape(p)[0] - nonzero[-1] - 1
+    p = p[int(nonzero[0]):int(nonzero[-1]) + 1]
+    n = _shape(p)[0]
+    if n > 1:
+        first_row = F.reshape(-p[1:] / p[0], (1, n - 1))
+        companion = F.concatenate([first_row, np.eye(n - 2, n - 1, dtype=dtype_of(first_row))], axis=0)
+        found = _linalg.eigvals(companion)
+    else:
+        found = np.array([])
+    if trailing:
+        found = F.concatenate([found, np.zeros(trailing, dtype_of(found))])
+    return found
+
+
+# --- ufunc methods: np.add.accumulate(x), np.logaddexp.reduce(x), np.multiply.outer(a, b), ... ------
+def _fold(binary, x, axis, initial):
+    """``reduce`` of any binary function: a left fold along ``axis`` (one entry per element)."""
+    items = [x[_axis_slice(_ndim(x), axis, i)] for i in range(_shape(x)[axis])]
+    if initial is not _NO_VALUE:
+        items.insert(0, initial)
+    if not items:
+        raise ValueError("zero-size array to reduction operation which has no identity")
+    out = items[0]
+    for item in items[1:]:
+        out = binary(out, item)
+    return out
+
+
+def _logsumexp(x, axis, keepdims, exp, log):
+    shift = F.max(constant(x), axis=axis, keepdims=True)
+    shift = F.where(F.isfinite(shift), shift, 0.0)
+    out = log(F.sum(exp(x - shift), axis=axis, keepdims=True)) + shift
+    return out if keepdims else F.squeeze(out, axis)
+
+
+def ufunc_reduce(binary, name, x, axis=0, dtype=None, out=None, keepdims=False, initial=_NO_VALUE,
+                 where=True):
+    """``ufunc.reduce`` on traced values: the reductions wengert has for add, multiply, maximum,
+    minimum, logaddexp and logaddexp2, a fold along the axis for any other differentiable ufunc."""
+    F._unsupported(f"{name}.reduce", out=out, where=None if where is True else where)
+    x = _operand(x)
+    if dtype is not None:
+        x = F.astype(x, dtype)
+    fast = {"add": F.sum, "multiply": F.prod, "maximum": F.max, "minimum": F.min}.get(name)
+    if fast is not None and initial is _NO_VALUE:
+        return fast(x, axis=axis, keepdims=keepdims)
+    if name in ("logaddexp", "logaddexp2") and initial is _NO_VALUE and axis is not None:
+        exp, log = (E.exp, E.log) if name == "logaddexp" else (E.exp2, E.log2)
+        return _logsumexp(x, axis % _ndim(x) if isinstance(axis, (int, np.integer)) else axis, keepdims, exp, log)
+    if axis is None:
+        x, axis, shape = F.ravel(x), 0, (1,) * _ndim(x)
+    elif isinstance(axis, (tuple, list)):
+        raise NotImplementedError(f"wengert.numpy: {name}.reduce over several axes is supported for add, "
+                                  "multiply, maximum and minimum only; reduce one axis at a time")
+    else:
+        axis = axis % _ndim(x)
+        shape = tuple(1 if d == axis else n for d, n in enumerate(_shape(x)))
+    result = _fold(binary, x, axis, initial)
+    return F.reshape(result, shape) if keepdims else result
+
+
+def ufunc_accumulate(binary, name, x, axis=0, dtype=None, out=None):
+    F._unsupported(f"{name}.accumulate", out=out)
+    x = _operand(x)
+    if dtype is not None:
+        x = F.astype(x, dtype)
+    axis = axis % _ndim(x)
+    if name == "add":
+        return F.cumsum(x, axis=axis)
+    if name == "multiply":
+        return F.cumprod(x, axis=axis)
+    items = [x[_axis_slice(_ndim(x), axis, i)] for i in range(_shape(x)[axis])]
+    partial = [items[0]]
+    for item in items[1:]:
+        partial.append(binary(partial[-1], item))
+    return F.stack(partial, axis=axis)
+
+
+def ufunc_outer(binary, name, a, b, **kwargs):
+    F._unsupported(f"{name}.outer", **kwargs)
+    a, b = _operand(a), _operand(b)
+    return binary(F.reshape(a, _shape(a) + (1,) * _ndim(b)), b)
+
+
+
+# --- functions without a derivative, beyond _functions' list: integer and bit operations, index
+# builders, memory and printing questions, histograms (counts are piecewise constant; their edges
+# follow _functions' histogram) and set membership
+_NONDIFF_MORE = """
+bitwise_count bitwise_invert bitwise_left_shift bitwise_not bitwise_right_shift packbits unpackbits
+isnat isfortran isin may_share_memory shares_memory common_type einsum_path ix_ ravel_multi_index
+unravel_index diag_indices_from tril_indices_from triu_indices_from histogram2d histogramdd
+histogram_bin_edges array2string array_repr array_str format_float_positional format_float_scientific
+""".split()
+for _name in _NONDIFF_MORE:
+    if hasattr(np, _name):
+        globals()[_name] = nondiff(getattr(np, _name))
+del _name
+
+_NOT_EXPORTED = {"annotations", "builtins", "functools", "importlib", "operator", "constant", "ufunc_reduce", "ufunc_accumulate",
+                 "ufunc_outer", "np", "Tracer", "dtype_of", "unbox", "E", "elementwise_constant", "nondiff", "unbox_all", "F", "traceable"}
 __all__ = [n for n in list(globals()) if not n.startswith("_") and n not in _NOT_EXPORTED]

@@ -21,6 +21,7 @@ from ..primitives import shape as S
 from ..primitives.scatter import write
 from ..primitives._batching import concrete
 from ..primitives._table import nondiff, unbox_all
+from . import _compositions
 from ._conversions import array_refusal, check_number
 
 UFUNCS = {}
@@ -114,13 +115,18 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if kwargs:
             raise TypeError(f"numpy.{ufunc.__name__}: the options {sorted(kwargs)} are not supported on traced values")
         return fn(*inputs)
-    reductions = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min"}
-    if method == "reduce" and ufunc in reductions:
-        from .. import numpy as wnp
-        kwargs.pop("out", None)
-        axis = kwargs.pop("axis", 0)
-        return getattr(wnp, reductions[ufunc])(inputs[0], axis=axis, **kwargs)
-    raise NoDerivativeError(f"{_ufunc_name(ufunc)}.{method}")
+    method_of = _UFUNC_METHODS.get(method)
+    fn = UFUNCS.get(ufunc)
+    if method_of is None or fn is None or getattr(fn, "nondiff", False) or ufunc.nin != 2:
+        raise NoDerivativeError(f"{_ufunc_name(ufunc)}.{method}")
+    kwargs.pop("out", None)
+    return method_of(fn, ufunc.__name__, *inputs, **kwargs)
+
+
+# reduce, accumulate and outer of a differentiable binary ufunc; reduceat and at stay refused
+# (reduceat's segments and at's in-place writes have no traced version)
+_UFUNC_METHODS = {"reduce": _compositions.ufunc_reduce, "accumulate": _compositions.ufunc_accumulate,
+                  "outer": _compositions.ufunc_outer}
 
 
 def _ufunc_name(ufunc):

@@ -19,7 +19,7 @@ from ..primitives._batching import batch_axis, ndim, one_batch_axis
 from ..primitives._table import defprim as _defprim
 from . import _functions as _F
 
-__all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn",
+__all__ = ["fft", "ifft", "hfft", "ihfft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn",
            "irfftn", "fftshift", "ifftshift", "fftfreq", "rfftfreq"]
 
 _SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
@@ -263,3 +263,19 @@ def ifftshift(x, axes=None):
     if not _traced(x):
         return _np.fft.ifftshift(x, axes=axes)
     return _shift(x, axes, -1)
+
+
+
+def hfft(a, n=None, axis=-1, norm=None, out=None):
+    """The FFT of a signal with Hermitian symmetry: NumPy's definition, irfft of the conjugate."""
+    if not _traced(a):
+        return _np.fft.hfft(a, n=n, axis=axis, norm=norm, out=out)
+    _F._unsupported("fft.hfft", out=out)
+    return irfft(_F.conj(_as_operand(a)), n, axis, norm=_SWAP[norm or "backward"])
+
+
+def ihfft(a, n=None, axis=-1, norm=None, out=None):
+    if not _traced(a):
+        return _np.fft.ihfft(a, n=n, axis=axis, norm=norm, out=out)
+    _F._unsupported("fft.ihfft", out=out)
+    return _F.conj(rfft(_as_operand(a), n, axis, norm=_SWAP[norm or "backward"]))

@@ -5,8 +5,8 @@ maps onto the primitives of ``wengert.primitives.linalg``; stacks of matrices (`
 wherever NumPy accepts them. Results that NumPy returns as named tuples (``EighResult``,
 ``SVDResult``, ``QRResult``, ``SlogdetResult``) come back as the same named tuples.
 
-``matrix_rank`` reads traced values and returns NumPy's integer. ``eig`` and ``eigvals`` (complex in
-general) are NumPy's own: on traced values they raise ``NoDerivativeError``.
+``matrix_rank`` reads traced values and returns NumPy's integer. ``eig`` and ``eigvals`` of
+non-symmetric matrices are complex in general (real when every eigenvalue is, as NumPy returns them).
 See the primitives module for the conventions at degenerate points (repeated eigenvalues, one
 triangle read by cholesky/eigh, singular matrices).
 """
@@ -36,6 +36,7 @@ def _result_type(fn, *args, **kwargs):
 
 
 _EIGH = _result_type(_npl.eigh, _np.eye(1))
+_EIG = _result_type(_npl.eig, _np.eye(1))
 _SVD = _result_type(_npl.svd, _np.eye(1))
 _QR = _result_type(_npl.qr, _np.eye(1))
 _SLOGDET = _result_type(_npl.slogdet, _np.eye(1))
@@ -178,18 +179,34 @@ def _real_only(a, name):
 @_traceable(_npl.cholesky)
 def cholesky(a, /, *, upper=False):
     """Differentiates NumPy's function, which reads only the lower (``upper=True``: upper) triangle."""
-    return _L.cholesky(_real_only(_operand(a), "cholesky"), upper=bool(upper))
+    return _L.cholesky(_operand(a), upper=bool(upper))
 
 
 @_traceable(_npl.eigh)
 def eigh(a, UPLO="L"):  # noqa: N803 - NumPy's name
     """Eigenvector gradients exist only where eigenvalues are distinct; tied pairs contribute 0."""
-    return _wrap(_EIGH, _L.eigh(_real_only(_operand(a), "eigh"), UPLO=UPLO))
+    return _wrap(_EIGH, _L.eigh(_operand(a), UPLO=UPLO))
 
 
 @_traceable(_npl.eigvalsh)
 def eigvalsh(a, UPLO="L"):  # noqa: N803
-    return _L.eigvalsh(_real_only(_operand(a), "eigvalsh"), UPLO=UPLO)
+    return _L.eigvalsh(_operand(a), UPLO=UPLO)
+
+
+@_traceable(_npl.eig)
+def eig(a):
+    """Eigenvectors have unit norm and LAPACK's phase: differentiate functions that do not depend on
+    the phase (see primitives/linalg.py); tied eigenvalues contribute 0, as in eigh."""
+    a = _operand(a)
+    _stacked_square(a, "eig")
+    return _wrap(_EIG, _L.eig(a))
+
+
+@_traceable(_npl.eigvals)
+def eigvals(a):
+    a = _operand(a)
+    _stacked_square(a, "eigvals")
+    return _L.eigvals(a)
 
 
 def _hermitian_svd(a, compute_uv):
@@ -210,11 +227,12 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular-vector gradients exist only for distinct, nonzero singular values (tied pairs
     contribute 0). With full_matrices=True and M != N, the extra columns of U (rows of Vh) are an
     arbitrary basis: gradients flowing into them raise NotImplementedError."""
-    a = _real_only(_operand(a), "svd")
+    a = _operand(a)
     if hermitian:
         return _hermitian_svd(a, compute_uv)
-    if not compute_uv:
+    if not compute_uv:  # complex too: Re diag(U^H dA V) does not depend on the vectors' phases
         return _L.svdvals(a)
+    a = _real_only(a, "svd")
     return _wrap(_SVD, _L.svd(a, full_matrices=bool(full_matrices)))
 
 
@@ -319,8 +337,8 @@ def _complex_norm(x, ord, axis, keepdims):  # noqa: A002
     """Norms of complex values depend on |x| only: the 2-norms as sqrt(sum(Re(x conj x))), which has
     a gradient wherever the norm is nonzero, the others as the norm of abs(x)."""
     matrix = (axis is None and x.ndim == 2 and ord is not None) or (isinstance(axis, tuple) and len(axis) == 2)
-    if matrix and ord in (2, -2, "nuc"):
-        _real_only(x, f"norm(ord={ord!r})")
+    if matrix and ord in (2, -2, "nuc"):  # singular values: first derivatives (svdvals' rule)
+        return _matrix_norm(x, ord, axis if isinstance(axis, tuple) else (0, 1), keepdims)
     if ord is None or ord in ("fro", "f") or (ord == 2 and not matrix):
         squares = _F.real(x * _F.conj(x))
         return _F.sqrt(_F.sum(squares, axis=axis, keepdims=keepdims))

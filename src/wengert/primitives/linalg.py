@@ -290,24 +290,27 @@ def _cholesky(x, upper=False):
 
 
 def _cholesky_vjp(g, ans, x, upper=False):
-    """Murray 2016: L^-T Phi(L^T g) L^-1, Phi taking the lower triangle with half the diagonal."""
-    low, g = (_mT(ans), _mT(g)) if upper else (ans, g)
+    """Murray 2016: L^-T Phi(L^T g) L^-1, Phi taking the lower triangle with half the diagonal.
+    Complex (A = L L^H): L^-T Phi(L^T g) conj(L^-1), the transpose of the JVP below under the
+    bilinear pairing (docs/complex.md); upper=True returns U = L^H."""
+    low, g = (_mH(ans), _mH(g)) if upper else (ans, g)
     n = _shape(low)[-1]
     product = matmul(_mT(low), g)
     phi = where(_strict_lower(n), product, where(np.eye(n, dtype=bool), 0.5 * product, 0.0))
     low_inv = inv(low)
-    return _fold(matmul(_mT(low_inv), matmul(phi, low_inv)), lower=not upper)
+    right = conj(low_inv) if _is_complex(low_inv) else low_inv
+    return _fold(matmul(_mT(low_inv), matmul(phi, right)), lower=not upper)
 
 
 def _cholesky_jvp(t, ans, x, upper=False):
-    """L Phi(L^-1 dA L^-T), dA the symmetric matrix of the triangle read (Murray 2016)."""
-    low = _mT(ans) if upper else ans
+    """L Phi(L^-1 dA L^-H), dA the symmetric (Hermitian) matrix of the triangle read (Murray 2016)."""
+    low = _mH(ans) if upper else ans
     n = _shape(low)[-1]
     low_inv = inv(low)
-    inner = matmul(low_inv, matmul(_symmetric_from(t, lower=not upper), _mT(low_inv)))
+    inner = matmul(low_inv, matmul(_symmetric_from(t, lower=not upper), _mH(low_inv)))
     phi = np.tri(n, k=-1, dtype=unbox(ans).dtype) + 0.5 * np.eye(n, dtype=unbox(ans).dtype)
     d_low = matmul(low, inner * phi)
-    return _mT(d_low) if upper else d_low
+    return _mH(d_low) if upper else d_low
 
 
 cholesky = defprim(_cholesky, _cholesky_vjp, name="cholesky", jvp=_cholesky_jvp, batch=one_batch_axis(stacked_batch),
@@ -323,16 +326,17 @@ def _eigh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
     """V (diag(gw) + F o V^T gV) V^T, F the inverse eigenvalue gaps."""
     w, v = ans
     gw, gv = g
-    inner = _diag(gw) + _inverse_gaps(w) * matmul(_mT(v), gv)
-    return _fold(matmul(v, matmul(inner, _mT(v))), lower=UPLO.upper() == "L")
+    inner = _diag(_real_if(gw)) + _inverse_gaps(w) * matmul(_mT(v), gv)
+    # complex (Hermitian) x: conj(V) (...) V^T, the transpose of the JVP below under the bilinear pairing
+    return _fold(matmul(conj(v) if _is_complex(v) else v, matmul(inner, _mT(v))), lower=UPLO.upper() == "L")
 
 
 def _eigh_jvp(tangents, ans, args, params):
     """dw = diag(V^T dA V), dV = V (F o V^T dA V), dA the symmetric matrix of the triangle read."""
     w, v = ans
     lower = params.get("UPLO", "L").upper() == "L"
-    inner = matmul(_mT(v), matmul(_symmetric_from(tangents[0], lower=lower), v))
-    return _diag_part(inner), matmul(v, _inverse_gaps(w) * inner)
+    inner = matmul(_mH(v), matmul(_symmetric_from(tangents[0], lower=lower), v))
+    return _real_if(_diag_part(inner)), matmul(v, _inverse_gaps(w) * inner)
 
 
 eigh = defprim(_eigh, _eigh_vjp, name="eigh", multiple_results=True,
@@ -346,17 +350,89 @@ def _eigvalsh(x, UPLO="L"):  # noqa: N803
 def _eigvalsh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
     """V diag(g) V^T; the eigenvectors are recomputed (eigvalsh does not return them)."""
     _, v = eigh(x, UPLO=UPLO)
-    return _fold(matmul(v * _row(g), _mT(v)), lower=UPLO.upper() == "L")
+    return _fold(matmul((conj(v) if _is_complex(v) else v) * _row(_real_if(g)), _mT(v)), lower=UPLO.upper() == "L")
 
 
 def _eigvalsh_jvp(t, ans, x, UPLO="L"):  # noqa: N803
     """diag(V^T dA V), with V recomputed as in the VJP."""
     _, v = eigh(x, UPLO=UPLO)
-    return sum_(v * matmul(_symmetric_from(t, lower=UPLO.upper() == "L"), v), axis=-2)
+    return _real_if(sum_((conj(v) if _is_complex(v) else v) * matmul(_symmetric_from(t, lower=UPLO.upper() == "L"), v),
+                         axis=-2))
 
 
 eigvalsh = defprim(_eigvalsh, _eigvalsh_vjp, name="eigvalsh", jvp=_eigvalsh_jvp, batch=one_batch_axis(stacked_batch),
                    batched_vjp=True)
+
+
+# --- general (non-symmetric) eigenproblem -----------------------------------------------------------
+# A = V diag(w) V^-1 with NumPy's normalization: each eigenvector has unit 2-norm (its phase is
+# LAPACK's). The rules are JAX's: dw = diag(V^-1 dA V), dV = V (F o V^-1 dA V) with F the inverse
+# eigenvalue gaps (0 where eigenvalues tie), then each column's change along itself removed so it
+# keeps unit length. The phase of an eigenvector is arbitrary, so only functions that do not depend
+# on it (eigenvalues, |v|, v v^H / v^H v, ...) have a meaningful derivative, as with JAX. The VJP is
+# the transpose of this JVP under the bilinear pairing of docs/complex.md.
+def _eig(x):
+    w, v = np.linalg.eig(x)
+    return w, v
+
+
+def _along_columns(v, dv):
+    """Re(sum_i conj(v_ij) dv_ij) per column j, as a row: each unit column's change in length."""
+    axis = len(_shape(v)) - 2
+    return _real_if(sum_(conj(v) * dv if _is_complex(v) else v * dv, axis=(axis,), keepdims=True))
+
+
+def _eig_jvp(tangents, ans, args, params):
+    w, v = ans
+    inner = matmul(inv(v), matmul(tangents[0], v))
+    dv = matmul(v, _inverse_gaps(w) * inner)
+    return _diag_part(inner), dv - v * _along_columns(v, dv)
+
+
+def _eig_cotangent(x, w, v, gw, gv):
+    """V^-T (diag(gw) + F o V^T gv') V^T, gv' the cotangent before the columns' normalization."""
+    axis = len(_shape(v)) - 2
+    inner = _diag(gw)
+    if gv is not None:
+        along = _real_if(sum_(gv * v, axis=(axis,), keepdims=True))
+        gv = gv - (conj(v) if _is_complex(v) else v) * along
+        inner = inner + _inverse_gaps(w) * matmul(_mT(v), gv)
+    a_bar = matmul(_mT(inv(v)), matmul(inner, _mT(v)))
+    return a_bar if _is_complex(x) else _real_if(a_bar)
+
+
+def _eig_vjp(g, ans, x):
+    w, v = ans
+    return _eig_cotangent(x, w, v, g[0], g[1])
+
+
+eig = defprim(_eig, _eig_vjp, name="eig", multiple_results=True,
+              batched_vjp=True, fused_jvp=_eig_jvp, batch=one_batch_axis(stacked_batch))
+
+
+def _eigenvectors_of(x, w):
+    """The eigenvectors eig returns with the eigenvalues ``w`` eigvals gave (recomputed: eigvals
+    does not return them). Both are LAPACK's geev, which orders them the same; a difference is
+    an error, never a gradient paired with the wrong eigenvalue."""
+    w2, v = eig(x)
+    if not np.array_equal(unbox(w2), unbox(w)):
+        raise np.linalg.LinAlgError("eigvals: the eigenvalues recomputed with their eigenvectors differ from "
+                                    "eigvals' own, so their derivative cannot be paired with them")
+    return v
+
+
+def _eigvals_vjp(g, ans, x):
+    v = _eigenvectors_of(x, ans)
+    return _eig_cotangent(x, ans, v, g, None)
+
+
+def _eigvals_jvp(t, ans, x):
+    v = _eigenvectors_of(x, ans)
+    return _diag_part(matmul(inv(v), matmul(t, v)))
+
+
+eigvals = defprim(np.linalg.eigvals, _eigvals_vjp, name="eigvals", jvp=_eigvals_jvp,
+                  batch=one_batch_axis(stacked_batch), batched_vjp=True)
 
 
 # --- singular value decomposition ------------------------------------------------------------------

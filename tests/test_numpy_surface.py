@@ -1,0 +1,131 @@
+"""The sweep: every public function of NumPy (numpy, numpy.linalg, numpy.fft) is accounted for.
+
+A function is differentiable in ``wengert.numpy`` (with a row in tests/test_numpy_grads.py), or
+declared without a derivative (it reads traced values and passes plain values through), or takes no
+array values at all (shapes, dtypes, files, settings), or is on the short list of refusals below,
+each with its reason. A NumPy release that adds a function fails this test until it is placed.
+"""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import wengert as wg
+import wengert.numpy as wnp
+from wengert.numpy._methods import FUNCTIONS, UFUNCS
+
+# Functions whose arguments are not array values: nothing in them can be differentiated, and
+# wengert.numpy re-exports NumPy's own (a traced value given to one raises np.asarray's TypeError,
+# or is read for its shape).
+NO_ARRAY_VALUES = {
+    # arrays from shapes, counts and ranges
+    "arange", "empty", "eye", "identity", "ones", "zeros", "tri", "indices", "diag_indices",
+    "tril_indices", "triu_indices", "mask_indices", "fromfunction", "bartlett", "blackman", "hamming",
+    "hanning", "fft.fftfreq", "fft.rfftfreq",
+    # files, buffers, iterators, strings
+    "load", "loadtxt", "genfromtxt", "fromfile", "frombuffer", "fromstring", "fromregex", "fromiter",
+    "save", "savetxt", "savez", "savez_compressed", "from_dlpack", "base_repr", "binary_repr",
+    # dtypes, settings, introspection
+    "can_cast", "promote_types", "min_scalar_type", "mintypecode", "issubdtype", "isdtype", "typename",
+    "get_include", "show_config", "show_runtime", "test", "info", "getbufsize", "setbufsize", "geterr",
+    "seterr", "geterrcall", "seterrcall", "get_printoptions", "set_printoptions", "printoptions",
+    "iterable", "nested_iters", "broadcast_shapes", "frompyfunc", "linalg.test", "fft.test",
+    # dates
+    "busday_count", "busday_offset", "is_busday", "datetime_as_string", "datetime_data",
+}
+
+# Refused: they take array values and have no derivative rule; on traced values they raise
+# NoDerivativeError naming the function.
+REFUSED = {
+    # np.matrix is a subclass with its own operator meanings; wengert traces ndarrays only
+    "asmatrix": "np.matrix is not traced; use 2-D arrays",
+    "bmat": "np.matrix is not traced; use wnp.block",
+    # the set operations return elements of their inputs chosen among duplicates: which duplicate
+    # receives the gradient is unique's convention (issue 14 settles it), so they wait for it
+    "unique_all": "unique's convention (issue 14)", "unique_counts": "unique's convention (issue 14)",
+    "unique_inverse": "unique's convention (issue 14)", "unique_values": "unique's convention (issue 14)",
+    "union1d": "unique's convention (issue 14)", "intersect1d": "unique's convention (issue 14)",
+    "setdiff1d": "unique's convention (issue 14)", "setxor1d": "unique's convention (issue 14)",
+    # writes into its first argument in place with a value computed elsewhere: use x[idx] = v or
+    # x.at[idx].set(v), whose gradients are defined (docs/mutation.md)
+    "copyto": "in-place write", "place": "in-place write", "put": "in-place write",
+    "putmask": "in-place write", "fill_diagonal": "in-place write", "put_along_axis": "in-place write",
+    # its derivative in polynomial coefficients is a division by the divisor's leading coefficient
+    # inside a data-dependent loop (trailing zeros trimmed by allclose): not written yet
+    "polydiv": "long division with a value-dependent trim; not written yet",
+}
+
+
+def _public_functions(module, prefix):
+    for name in dir(module):
+        obj = getattr(module, name)
+        if name.startswith("_") or isinstance(obj, (type, types.ModuleType)) or not callable(obj):
+            continue
+        yield prefix + name, obj
+
+
+def _all_numpy_functions():
+    yield from _public_functions(np, "")
+    yield from _public_functions(np.linalg, "linalg.")
+    yield from _public_functions(np.fft, "fft.")
+
+
+def _wengert_version(qualified):
+    module = wnp
+    *parents, name = qualified.split(".")
+    for p in parents:
+        module = getattr(module, p)
+    return getattr(module, name, None)
+
+
+def _placement(qualified, np_fn):
+    mine = _wengert_version(qualified)
+    if mine is not None and mine is not np_fn:
+        return "nondiff" if getattr(mine, "nondiff", False) else "differentiable"
+    if qualified in NO_ARRAY_VALUES:
+        return "no array values"
+    if qualified in REFUSED:
+        return "refused"
+    return None
+
+
+def test_every_numpy_function_is_placed():
+    unplaced = sorted(q for q, fn in _all_numpy_functions() if _placement(q, fn) is None)
+    assert not unplaced, (f"NumPy functions neither differentiable in wengert.numpy, nor declared without a "
+                          f"derivative, nor listed in this file with a reason: {unplaced}")
+
+
+def test_the_lists_are_current():
+    """An entry names a NumPy function that exists and that wengert.numpy does not implement."""
+    functions = dict(_all_numpy_functions())
+    for qualified in sorted(NO_ARRAY_VALUES | set(REFUSED)):
+        if qualified not in functions:
+            continue  # a NumPy without it (older or newer); the sweep only places what exists
+        mine = _wengert_version(qualified)
+        assert mine is None or mine is functions[qualified], f"{qualified} is implemented: remove it from the list"
+    assert len(REFUSED) <= 25, "the refusals should stay few, each argued"
+
+
+def test_numpy_reaches_each_differentiable_function_through_its_protocols():
+    """``np.name(tracer)`` dispatches to wengert's version (``__array_function__`` / ``__array_ufunc__``)."""
+    missing = []
+    for qualified, np_fn in _all_numpy_functions():
+        if _placement(qualified, np_fn) != "differentiable":
+            continue
+        table = UFUNCS if isinstance(np_fn, np.ufunc) else FUNCTIONS
+        reached = table.get(np_fn)
+        if reached is None or getattr(reached, "nondiff", False):
+            missing.append(qualified)
+    assert not missing, f"NumPy's own call does not reach wengert's version: {missing}"
+
+
+@pytest.mark.parametrize("qualified, call", [
+    ("polydiv", lambda x: np.polydiv(x, x[:2])[0]),
+    ("union1d", lambda x: np.union1d(x, x)),
+    ("put", lambda x: np.put(x, [0], x[1:2]) or x),
+])
+def test_a_refused_function_names_itself(qualified, call):
+    with pytest.raises(wg.NoDerivativeError, match=qualified):
+        wg.grad(lambda x: wnp.sum(call(x)))(np.array([1.0, -3.0, 2.0, 0.5]))
