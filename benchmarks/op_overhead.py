@@ -320,6 +320,8 @@ def _define():
             ("cholesky", la.cholesky, np.linalg.cholesky, ["cholesky"], lambda t, x: t.linalg.cholesky(x), spd),
             ("eigh", la.eigh, np.linalg.eigh, ["eigh"], lambda t, x: t.linalg.eigh(x)[0], spd),
             ("eigvalsh", la.eigvalsh, np.linalg.eigvalsh, ["eigvalsh"], lambda t, x: t.linalg.eigvalsh(x), spd),
+            ("eig", lambda x: la.eig(x)[0], lambda x: np.linalg.eig(x)[0], ["eig"], None, spd),
+            ("eigvals", la.eigvals, np.linalg.eigvals, ["eigvals"], None, spd),
             ("svd", la.svd, np.linalg.svd, ["svd"], None, spd),
             ("svdvals", lambda x: la.svd(x, compute_uv=False), lambda x: np.linalg.svd(x, compute_uv=False),
              ["svdvals"], lambda t, x: t.linalg.svdvals(x), spd),

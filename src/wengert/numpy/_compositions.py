@@ -825,7 +825,7 @@ def i0(x):
         x = F.astype(x, np.float64)
     value = np.abs(unbox(x))
     n = 24 + int(9 * np.sqrt(float(np.max(value)) if value.size else 0.0))
-    cosines = np.cos(2 * np.pi * np.arange(n) / n)
+    cosines = np.cos(2 * np.pi * np.arange(n) / n).astype(dtype_of(x))  # float32 stays float32, as in NumPy
     return F.mean(E.exp(F.expand_dims(x, -1) * cosines), axis=-1)
 
 

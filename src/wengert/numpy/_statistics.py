@@ -129,10 +129,15 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     return _quantile("quantile", a, q, axis, method, keepdims, False, interpolation, weights, out=out)
 
 
+def _percent(q):
+    """q / 100; a Python number stays one, so it does not promote float32 data (NumPy's rule)."""
+    return q / 100 if type(q) in (int, float) else _operand(q) / 100
+
+
 @traceable(np.percentile)
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
                weights=None, interpolation=None):
-    return _quantile("percentile", a, _operand(q) / 100, axis, method, keepdims, False, interpolation, weights,
+    return _quantile("percentile", a, _percent(q), axis, method, keepdims, False, interpolation, weights,
                      out=out)
 
 
@@ -150,7 +155,7 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
 @traceable(np.nanpercentile)
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=_NO_VALUE, *,
                   weights=None, interpolation=None):
-    return _quantile("nanpercentile", a, _operand(q) / 100, axis, method, keepdims is True, True, interpolation,
+    return _quantile("nanpercentile", a, _percent(q), axis, method, keepdims is True, True, interpolation,
                      weights, out=out)
 
 
