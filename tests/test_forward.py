@@ -546,6 +546,11 @@ NOT_BATCHABLE = {
     "piecewise": "conditions that depend on the values", "piecewise otherwise": "the same",
     "piecewise constant": "the same", "trim_zeros": "the result's length depends on each example's values",
     "roots": "the number of roots depends on each example's zero coefficients",
+    "polydiv": "the remainder's length depends on each example's values", "polydiv shorter": "the same",
+    **{name: "set operations: the result's size depends on each example's values" for name in (
+        "unique_values", "unique_all", "unique_counts", "unique_inverse", "union1d", "intersect1d",
+        "intersect1d return_indices", "setdiff1d", "setxor1d")},
+    "histogram_bin_edges": "np.histogram returns a tuple: vmap runs it once per example (test_vmap.py)",
 }
 
 

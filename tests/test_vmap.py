@@ -16,9 +16,10 @@ from transform_checks import inside_vmap_equals_loop, no_warnings
 # rows that cannot be batched at all: the result's size depends on the values of one example, or
 # (piecewise) each function is applied to the elements one example's conditions select
 RAGGED = {"x[x > 0]", "unique", "unique axis=1", "piecewise", "piecewise otherwise", "piecewise constant",
-          "trim_zeros", "roots"}
+          "trim_zeros", "roots", "polydiv", "polydiv shorter", "unique_values", "unique_all", "unique_counts",
+          "unique_inverse", "union1d", "intersect1d", "intersect1d return_indices", "setdiff1d", "setxor1d"}
 # rows vmap runs once per example, with a warning: np.histogram returns a tuple (counts, edges)
-LOOPED = {"histogram edges"}
+LOOPED = {"histogram edges", "histogram_bin_edges"}
 
 
 def _warnings_expected(name, caught):

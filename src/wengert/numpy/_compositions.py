@@ -1030,6 +1030,27 @@ def poly(seq_of_zeros):
     return a
 
 
+@traceable(np.polydiv)
+def polydiv(u, v):
+    """NumPy's long division, step by step on traced values; the remainder's leading near-zeros are
+    trimmed as NumPy trims them (read from the values)."""
+    u, v = F.atleast_1d(_operand(u)) + 0.0, F.atleast_1d(_operand(v)) + 0.0
+    if type(unbox_all(u)) is Tracer or type(unbox_all(v)) is Tracer:  # batched by vmap
+        raise TypeError("polydiv: the remainder's length depends on each example's values, so each example "
+                        "is computed on its own")
+    m, n = _shape(u)[0] - 1, _shape(v)[0] - 1
+    scale = 1.0 / v[0]
+    quotient, r = [], u
+    for k in range(0, m - n + 1):
+        d = scale * r[k]
+        quotient.append(d)
+        r = F.concatenate([r[:k], r[k:k + n + 1] - d * v, r[k + n + 1:]])
+    q = F.stack(quotient) if quotient else np.zeros(1, np.result_type(dtype_of(u), dtype_of(v)))
+    while np.allclose(unbox(r)[0], 0, rtol=1e-14) and _shape(r)[-1] > 1:
+        r = r[1:]
+    return q, r
+
+
 @traceable(np.roots)
 def roots(p):
     """The eigenvalues of the companion matrix, as NumPy computes them (leading and trailing zeros
@@ -1129,18 +1150,90 @@ def ufunc_outer(binary, name, a, b, **kwargs):
 
 
 # --- functions without a derivative, beyond _functions' list: integer and bit operations, index
-# builders, memory and printing questions, histograms (counts are piecewise constant; their edges
-# follow _functions' histogram) and set membership
+# builders, memory and printing questions and set membership
 _NONDIFF_MORE = """
 bitwise_count bitwise_invert bitwise_left_shift bitwise_not bitwise_right_shift packbits unpackbits
 isnat isfortran isin may_share_memory shares_memory common_type einsum_path ix_ ravel_multi_index
-unravel_index diag_indices_from tril_indices_from triu_indices_from histogram2d histogramdd
-histogram_bin_edges array2string array_repr array_str format_float_positional format_float_scientific
+unravel_index diag_indices_from tril_indices_from triu_indices_from array2string array_repr array_str format_float_positional format_float_scientific
 """.split()
 for _name in _NONDIFF_MORE:
     if hasattr(np, _name):
         globals()[_name] = nondiff(getattr(np, _name))
 del _name
+
+
+# --- set operations: unique's convention (a gather of each value's first occurrence) ---------------
+def _first_occurrences(arrays, values):
+    """Positions, in the inputs raveled one after the other, of each value's first occurrence."""
+    pool = np.concatenate([np.ravel(a) for a in arrays])
+    order = np.argsort(pool, kind="stable")
+    return order[np.searchsorted(pool[order], np.ravel(values), side="left")]
+
+
+def _set_operation(np_fn, name, arrays, *args, **kwargs):
+    """NumPy's answer, its values read from the traced inputs at their first occurrences."""
+    arrays = [_operand(a) for a in arrays]
+    if builtins.any(type(unbox_all(a)) is Tracer for a in arrays):  # batched by vmap
+        raise TypeError(f"{name}: the result's size depends on each example's values, so each example is "
+                        "computed on its own")
+    plain = [unbox(a) for a in arrays]
+    result = np_fn(*plain, *args, **kwargs)
+    values = result[0] if isinstance(result, tuple) else result
+    pool = F.concatenate([F.ravel(a) for a in arrays])
+    gathered = F.reshape(pool[_first_occurrences(plain, values)], np.shape(values))
+    if dtype_of(gathered) != values.dtype:
+        gathered = F.astype(gathered, values.dtype)
+    if not isinstance(result, tuple):
+        return gathered
+    return result._replace(values=gathered) if hasattr(result, "_replace") else (gathered, *result[1:])
+
+
+@traceable(np.unique_values)
+def unique_values(x):
+    return _set_operation(np.unique_values, "unique_values", [x])
+
+
+@traceable(np.unique_counts)
+def unique_counts(x):
+    return _set_operation(np.unique_counts, "unique_counts", [x])
+
+
+@traceable(np.unique_inverse)
+def unique_inverse(x):
+    return _set_operation(np.unique_inverse, "unique_inverse", [x])
+
+
+@traceable(np.unique_all)
+def unique_all(x):
+    return _set_operation(np.unique_all, "unique_all", [x])
+
+
+@traceable(np.union1d)
+def union1d(ar1, ar2):
+    return _set_operation(np.union1d, "union1d", [ar1, ar2])
+
+
+@traceable(np.intersect1d)
+def intersect1d(ar1, ar2, assume_unique=False, return_indices=False):
+    return _set_operation(np.intersect1d, "intersect1d", [ar1, ar2], assume_unique=assume_unique,
+                          return_indices=return_indices)
+
+
+@traceable(np.setdiff1d)
+def setdiff1d(ar1, ar2, assume_unique=False):
+    return _set_operation(np.setdiff1d, "setdiff1d", [ar1, ar2], assume_unique=assume_unique)
+
+
+@traceable(np.setxor1d)
+def setxor1d(ar1, ar2, assume_unique=False):
+    return _set_operation(np.setxor1d, "setxor1d", [ar1, ar2], assume_unique=assume_unique)
+
+
+@traceable(np.histogram_bin_edges)
+def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002 - NumPy's name
+    """The edges histogram computes: they move with the data's min and max (histogram's rule)."""
+    return F.histogram(a, bins=bins, range=range, weights=weights)[1]
+
 
 _NOT_EXPORTED = {"annotations", "builtins", "functools", "importlib", "operator", "constant", "ufunc_reduce", "ufunc_accumulate",
                  "ufunc_outer", "np", "Tracer", "dtype_of", "unbox", "E", "elementwise_constant", "nondiff", "unbox_all", "F", "traceable"}
