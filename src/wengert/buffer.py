@@ -125,6 +125,11 @@ class Buffer:
             return self._data
         if not self._writes and self._base is not None:
             return self._base
+        if self._trace.observe is not None:   # watched by an engine observer (the profiler)
+            return self._trace.observe.recorder(self._trace, self._record_snapshot, (final,))
+        return self._record_snapshot(final)
+
+    def _record_snapshot(self, final):
         trace = self._trace
         parents = []
         base_traced = self._base is not None

@@ -115,11 +115,11 @@ def backward(tape, seeds, keep_tape=False):
     """
     observer = OBSERVER[0]
     if observer is not None:
-        return observer.backward(tape, lambda: _backward(tape, seeds, keep_tape))
-    return _backward(tape, seeds, keep_tape)
+        return observer.backward(tape, lambda add=accumulate: _backward(tape, seeds, keep_tape, add))
+    return _backward(tape, seeds, keep_tape, accumulate)
 
 
-def _backward(tape, seeds, keep_tape):
+def _backward(tape, seeds, keep_tape, accumulate=accumulate):
     n = len(tape)
     cts = [None] * n
     owned = bytearray(n)

@@ -97,6 +97,13 @@ def write_in_place(x, index, value, write_prim):
         raise LeakedTracerError("x[...] = v")
     if trace.computes:   # a level without a tape handles the write itself
         return trace.write(x, index, value)
+    if trace.observe is not None:   # watched by an engine observer (the profiler's detailed call)
+        return trace.observe.recorder(trace, _record_write, (x, index, value, write_prim))
+    return _record_write(x, index, value, write_prim)
+
+
+def _record_write(x, index, value, write_prim):
+    trace = x._trace
     if type(x.value) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
         if _batched(x) or _batched(value):
             raise BatchedInPlaceWriteError(

@@ -97,6 +97,7 @@ class Trace:
     __slots__ = ("level", "stack", "alive", "guard", "__weakref__")
     computes = False
     hidden_axes = 0
+    observe = None    # a reverse level being watched operation by operation (see ReverseTrace)
 
     def __init__(self):
         self.level = 0
@@ -108,10 +109,11 @@ class ReverseTrace(Trace):
     """Reverse mode's level: a tape (the Wengert list), the transform's inputs, and the
     bookkeeping in-place writes need (``core/mutation.py``)."""
 
-    __slots__ = ("tape", "inputs", "written", "saved", "scanned")
+    __slots__ = ("tape", "inputs", "written", "saved", "scanned", "observe")
 
     def __init__(self):
         super().__init__()
+        self.observe = None   # an engine observer's per-operation hooks (see Observer.opened)
         self.tape = []
         self.inputs = []      # the input arrays: in-place writes into them are refused
         self.written = None   # id(base array) -> tape index of its latest in-place write
@@ -213,13 +215,25 @@ class Observer:
 
     def opened(self, trace, frame):
         """A reverse level was opened (``frame``: the function that opened it); the observer may
-        give it a tape of its own (a list subclass that watches appends)."""
+        give it a tape of its own (a list subclass that watches appends), and may watch it
+        operation by operation: set ``trace.observe`` to an object with the methods below and
+        ``trace.guard`` to any check (bind consults ``observe`` on its rare path only)."""
+
+    def operation(self, trace, prim, args, vals, parents, params):
+        """bind on a watched level: return ``apply_and_record(trace, prim, vals, parents, params)``."""
+        return apply_and_record(trace, prim, vals, parents, params)
+
+    def recorder(self, trace, fn, args):
+        """An operation that records outside bind (an in-place write, a Buffer snapshot) on a
+        watched level: return ``fn(*args)``."""
+        return fn(*args)
 
     def closed(self, trace, frame):
         """A reverse level is about to close (its forward pass is over)."""
 
     def backward(self, tape, run):
-        """A backward pass over ``tape``: return ``run()``, the cotangents (timing it, say)."""
+        """A backward pass over ``tape``: return ``run()``, the cotangents (timing it, say);
+        ``run(accumulate)`` runs it with another cotangent accumulator (one that measures)."""
         return run()
 
 
@@ -476,6 +490,9 @@ def bind(prim, args, params):
         if trace.computes:
             return trace.process(prim, args, vals, parents, params)
         trace.guard(trace, args, prim)
+        if trace.observe is not None:
+            return trace.observe.operation(trace, prim, args, vals, parents, params)
+    # the rest is apply_and_record, written out: this is the hot path
     for v in vals:
         if type(v) is Tracer:
             ans = prim(*vals, **params)
@@ -497,6 +514,26 @@ def bind(prim, args, params):
     out._trace = trace
     out.index = len(tape) - 1
     return out
+
+
+def apply_and_record(trace, prim, vals, parents, params):
+    """bind's second half on a reverse level: run ``prim`` on the unwrapped ``vals``, record one tape
+    entry (keeping what the rules read) and wrap the answer. ``bind`` inlines the same lines."""
+    for v in vals:
+        if type(v) is Tracer:
+            ans = prim(*vals, **params)
+            break
+    else:
+        ans = prim.impl(*vals, **params)
+    if not prim.records:
+        return ans
+    n = len(vals)
+    for i in prim.drop_args:
+        if i < n:
+            vals[i] = None
+    if prim.multiple_results:
+        return _select_outputs(ans, trace, trace.record(prim, vals, ans, params, parents))
+    return make_tracer(ans, trace, trace.record(prim, vals, ans if prim.keep_ans else None, params, parents))
 
 
 class _Select:

@@ -1,19 +1,22 @@
 """The profiler's instrumentation: installed for the profiled period only, removed on exit.
 
 Nothing here runs unless a profile is being taken. ``Session`` is the engine's observer
-(``core.trace.Observer``, registered in ``OBSERVER`` while the session is open): the engine calls
-its hooks when a reverse level opens and closes (the traced forward pass begins and ends) and
-around each backward pass; a few clock reads per gradient call.
+(``core.trace.Observer``, registered in ``OBSERVER`` while the session is open), and every
+measurement comes through the engine's hooks:
 
-For a *detailed* call only, the session also swaps instrumented versions in for ``bind`` (every
-recorded operation: its time, its source line, its output), the primitives' ``impl`` (array-kernel
-time), ``accumulate`` (cotangent accumulation: time and the arrays it allocates), the functions
-that append tape entries outside ``bind`` (Buffer snapshots, in-place writes), and, during the
-backward pass, the tape's ``__getitem__`` (the reverse loop reads ``tape[i]`` once per entry it
-processes, so the time between two reads is the backward time of one entry). Every module of the
-package that imported one of these functions by name (``numpy/_methods.py`` imports ``bind``) is
-patched too, and everything is put back when the call's backward pass ends. (These per-operation
-measurements have no engine hook yet: one on bind's hot path would cost every operation.)
+* always, while the session is open (a few clock reads per gradient call): ``opened`` and
+  ``closed`` when a reverse level opens and closes (the traced forward pass begins and ends), and
+  ``backward`` around each backward pass;
+* for a *detailed* call only: the call's level is watched (``trace.observe``), so bind hands the
+  session every operation (``operation``: its time, its source line, its output) and in-place
+  writes and Buffer snapshots come through ``recorder``; the call's tape (``_DetailedTape``) names
+  and times every entry appended, and during the backward pass times the reads ``tape[i]`` (the
+  reverse loop reads each entry once, so the time between two reads is one entry's backward time);
+  the backward pass runs with a measuring accumulator (``_timed_accumulate``); and the primitives'
+  ``impl`` are wrapped to time array kernels (put back when the call's backward pass ends: the one
+  instrument that is not an engine hook, since a hook on every primitive call on plain arrays
+  would cost NumPy-speed code).
+
 Profiling is not thread-safe: profile one thread at a time.
 """
 from __future__ import annotations
@@ -70,8 +73,10 @@ class _Tape(list):
     __slots__ = ("call",)
 
 
-class _RecordingTape(_Tape):
-    """A detailed call's tape during its forward pass: every append is named and timed."""
+class _DetailedTape(_Tape):
+    """A detailed call's tape. While its forward pass runs (``STATE.tape is self``) every append is
+    named and timed; while its backward pass runs (``STATE.bwd_tape is self``) each read ``tape[i]``
+    starts entry ``i``. At other times it is a plain list."""
 
     __slots__ = ()
 
@@ -89,17 +94,11 @@ class _RecordingTape(_Tape):
             log.last_exit = perf_counter()
             log.overhead += log.last_exit - now
 
-
-class _TimedTape(_Tape):
-    """The same list during a detailed backward pass: each read ``tape[i]`` starts entry ``i``."""
-
-    __slots__ = ()
-
     def __getitem__(self, i):
-        if type(i) is not int:
+        st = STATE
+        if st.bwd_tape is not self or type(i) is not int:
             return list.__getitem__(self, i)
         now = perf_counter()
-        st = STATE
         log = st.bwd
         cur = st.cur
         log.bwd[cur] += now - st.t
@@ -381,6 +380,7 @@ class _State:
         self.inputs = None
         self.depth = 0                  # inside an instrumented bind (nested binds pass through)
         self.depth_append = 0
+        self.bwd_tape = None            # the detailed tape whose backward pass runs
         self.in_kernel = False
         self.in_accumulate = False
         self.kernel = 0.0               # kernel seconds so far in the current forward pass
@@ -427,7 +427,6 @@ class Session(_trace_mod.Observer):
         self.calibration = None         # fixed costs of one operation on tiny arrays (see _calibrate)
         self.on_call = on_call
         self.calls = []
-        self._heavy = []
         self._wrapped_impls = {}
         self.pending = None             # detailed call whose heavy patches are still installed
         self.paused = False             # while True, gradient calls are not profiled
@@ -492,22 +491,9 @@ class Session(_trace_mod.Observer):
         return False
 
     def _install_heavy(self):
+        """Time the primitives' implementations for one detailed call (each ``prim.impl`` wrapped,
+        and put back when the call's backward pass ends)."""
         from ..primitives import _table
-        self._orig_bind = _trace_mod.bind
-        self._orig_accumulate = _backward_mod.accumulate
-        targets = {self._orig_bind: _make_bind(self._orig_bind),
-                   self._orig_accumulate: _make_accumulate(self._orig_accumulate)}
-        appenders = []
-        mutation = sys.modules.get("wengert.core.mutation")
-        if mutation is not None and hasattr(mutation, "write_in_place"):
-            targets[mutation.write_in_place] = _make_appender(mutation.write_in_place)
-        self._heavy = _patch_everywhere(targets)
-        buffer = sys.modules.get("wengert.buffer")
-        if buffer is not None and hasattr(buffer, "Buffer") and "_snapshot" in vars(buffer.Buffer):
-            original = buffer.Buffer._snapshot
-            buffer.Buffer._snapshot = _make_appender(original)
-            appenders.append((buffer.Buffer, "_snapshot", original, buffer.Buffer._snapshot))
-        self._heavy.extend(appenders)
         key = (len(sys.modules), len(_table.PRIMITIVES))
         if self._prims is None or self._prims[0] != key:
             prims = set(_table.PRIMITIVES.values())
@@ -521,8 +507,6 @@ class Session(_trace_mod.Observer):
             wrap_impl(prim, self._wrapped_impls)
 
     def _uninstall_heavy(self):
-        _unpatch(self._heavy)
-        self._heavy = []
         for prim, impl in self._wrapped_impls.items():
             prim.impl = impl
         self._wrapped_impls = {}
@@ -549,9 +533,13 @@ class Session(_trace_mod.Observer):
         if detail:
             self._install_heavy()
             self.pending = call
-        tape = _RecordingTape() if detail else _Tape()
+        tape = _DetailedTape() if detail else _Tape()
         tape.call = call
         trace.tape = tape
+        if detail:   # watch it operation by operation (bind's and the recorders' hooks, below)
+            trace.observe = self
+            if trace.guard is None:
+                trace.guard = _watched
         st.current = call
         if detail:
             st.tape = tape
@@ -573,7 +561,9 @@ class Session(_trace_mod.Observer):
                 log = call.log
                 log.tail = t - log.last_exit
                 st.tape = None
-                tape.__class__ = _Tape
+                trace.observe = None
+                if trace.guard is _watched:
+                    trace.guard = None
                 log.close(tape, trace.inputs, frame)
                 log.kernel_total = st.kernel
             st.current = None
@@ -591,14 +581,14 @@ class Session(_trace_mod.Observer):
             n = len(tape)
             st.bwd = log
             st.cur = n
-            tape.__class__ = _TimedTape
+            st.bwd_tape = tape
             t0 = st.t = perf_counter()
             try:
-                cts = run()
+                cts = run(_timed_accumulate)
             finally:
                 t1 = perf_counter()
                 log.bwd[st.cur] += t1 - st.t
-                tape.__class__ = _Tape
+                st.bwd_tape = None
                 st.bwd = None
                 log.backward_done = True
                 self.pending = None
@@ -612,6 +602,55 @@ class Session(_trace_mod.Observer):
             call.t_bwd_first = t1 - t0
         call.pulls += 1
         return cts
+
+
+    def operation(self, trace, prim, args, vals, parents, params):
+        """bind on the detailed call's level: tells the log what the operation produced."""
+        st = STATE
+        tape = st.tape
+        if tape is None or st.depth:
+            return _trace_mod.apply_and_record(trace, prim, vals, parents, params)
+        if prim not in self._wrapped_impls:
+            wrap_impl(prim, self._wrapped_impls)
+        n0 = len(tape)
+        st.depth = 1
+        try:
+            ans = _trace_mod.apply_and_record(trace, prim, vals, parents, params)
+        finally:
+            st.depth = 0
+        if len(tape) > n0:
+            t = perf_counter()
+            log = st.current.log
+            log.annotate(ans, args, n0)
+            log.overhead += perf_counter() - t
+        return ans
+
+    def recorder(self, trace, fn, args):
+        """Operations that record without bind (Buffer snapshots, in-place writes): their work is
+        copying arrays, so all of their time counts as kernel time."""
+        st = STATE
+        tape = st.tape
+        if tape is None or st.depth:
+            return fn(*args)
+        log = st.current.log
+        n0 = len(tape)
+        spent = log.overhead
+        st.depth = 1
+        t0 = perf_counter()
+        try:
+            out = fn(*args)
+        finally:
+            st.depth = 0
+        t1 = perf_counter()
+        if len(tape) > n0:
+            log.fkern[n0] += max(0.0, (t1 - t0) - (log.overhead - spent))
+            log.annotate(out, args, n0, dtypes=False)
+            log.overhead += perf_counter() - t1
+        return out
+
+
+def _watched(trace, args, prim):
+    """The guard of a watched level: nothing to check; it routes bind to ``trace.observe``."""
 
 
 def _function_of(frame):
@@ -632,49 +671,6 @@ def _wengert_modules():
         if module is not None and (name == "wengert" or name.startswith("wengert.")) \
                 and not name.startswith("wengert.profiling"):
             yield name, module
-
-
-_references = {}
-
-
-def _patch_everywhere(targets):
-    """Replace every reference to the keys of ``targets`` in loaded wengert modules; the undo list.
-
-    Where each function is referenced is found once (per set of loaded modules) and remembered.
-    """
-    done = []
-    key = (len(sys.modules), tuple(sorted(id(t) for t in targets)))
-    places = _references.get(key)
-    if places is None:
-        places = []
-        for name, module in _wengert_modules():
-            for attr, value in list(vars(module).items()):
-                if callable(value) and _hashable(value) and value in targets:
-                    places.append((module, attr))
-        if len(_references) > 16:
-            _references.clear()
-        _references[key] = places
-    for module, attr in places:
-        value = getattr(module, attr, None)
-        replacement = targets.get(value) if value is not None and _hashable(value) else None
-        if replacement is not None:
-            setattr(module, attr, replacement)
-            done.append((module, attr, value, replacement))
-    return done
-
-
-def _hashable(value):
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
-def _unpatch(done):
-    for owner, attr, original, replacement in reversed(done):
-        if getattr(owner, attr, None) is replacement:
-            setattr(owner, attr, original)
 
 
 def wrap_impl(prim, wrapped):
@@ -708,83 +704,28 @@ def wrap_impl(prim, wrapped):
     prim.impl = timed
 
 
-def _make_bind(real_bind):
-    """``bind`` during a detailed forward pass: tells the log what each operation produced."""
-    def bind(prim, args, params):
-        st = STATE
-        tape = st.tape
-        if tape is None or st.depth:
-            return real_bind(prim, args, params)
-        session = st.session
-        if prim not in session._wrapped_impls:
-            wrap_impl(prim, session._wrapped_impls)
-        n0 = len(tape)
-        st.depth = 1
-        try:
-            ans = real_bind(prim, args, params)
-        finally:
-            st.depth = 0
-        if len(tape) > n0:
-            t = perf_counter()
-            log = st.current.log
-            log.annotate(ans, args, n0)
-            log.overhead += perf_counter() - t
-        return ans
-    bind.__wrapped__ = real_bind
-    return bind
-
-
-def _make_appender(real):
-    """Functions that append tape entries without ``bind`` (Buffer snapshots, in-place writes):
-    their work is copying arrays, so all of their time counts as kernel time."""
-    def appender(*args, **kwargs):
-        st = STATE
-        tape = st.tape
-        if tape is None or st.depth:
-            return real(*args, **kwargs)
-        log = st.current.log
-        n0 = len(tape)
-        spent = log.overhead
-        st.depth = 1
-        t0 = perf_counter()
-        try:
-            out = real(*args, **kwargs)
-        finally:
-            st.depth = 0
-        t1 = perf_counter()
-        if len(tape) > n0:
-            log.fkern[n0] += max(0.0, (t1 - t0) - (log.overhead - spent))
-            log.annotate(out, args, n0, dtypes=False)
-            log.overhead += perf_counter() - t1
-        return out
-    appender.__wrapped__ = real
-    return appender
-
-
-def _make_accumulate(real):
-    def accumulate(cts, owned, i, c):
-        st = STATE
-        log = st.bwd
-        if log is None or st.in_accumulate:
-            return real(cts, owned, i, c)
-        old = cts[i]
-        st.in_accumulate = True
-        t0 = perf_counter()
-        try:
-            real(cts, owned, i, c)
-        finally:
-            st.in_accumulate = False
-        dt = perf_counter() - t0
-        cur = st.cur
-        log.acc[cur] += dt
-        kind = type(c)
-        array = c if kind is np.ndarray else (c[1] if kind is tuple and len(c) == 4 else None)
-        if type(array) is np.ndarray and array.base is None and id(array) not in log.seen:
-            log.bwd_bytes[cur] += array.nbytes      # made by the rule outside a primitive (not passed on)
-            log.seen[id(array)] = cur
-        new = cts[i]
-        if new is not old and new is not c and type(new) is np.ndarray and new.base is None:
-            log.bwd_bytes[cur] += new.nbytes         # a buffer the accumulator allocated
-            log.materialized[i] = log.materialized.get(i, 0) + new.nbytes
-    accumulate.__wrapped__ = real
-    return accumulate
+def _timed_accumulate(cts, owned, i, c, real=_backward_mod.accumulate):
+    """The backward pass's accumulator during a detailed call: its time, and the arrays it allocates."""
+    st = STATE
+    log = st.bwd
+    if log is None or st.in_accumulate:
+        return real(cts, owned, i, c)
+    old = cts[i]
+    st.in_accumulate = True
+    t0 = perf_counter()
+    try:
+        real(cts, owned, i, c)
+    finally:
+        st.in_accumulate = False
+    dt = perf_counter() - t0
+    cur = st.cur
+    log.acc[cur] += dt
+    kind = type(c)
+    array = c if kind is np.ndarray else (c[1] if kind is tuple and len(c) == 4 else None)
+    if type(array) is np.ndarray and array.base is None and id(array) not in log.seen:
+        log.bwd_bytes[cur] += array.nbytes      # made by the rule outside a primitive (not passed on)
+        log.seen[id(array)] = cur
+    new = cts[i]
+    if new is not old and new is not c and type(new) is np.ndarray and new.base is None:
+        log.bwd_bytes[cur] += new.nbytes         # a buffer the accumulator allocated
+        log.materialized[i] = log.materialized.get(i, 0) + new.nbytes
