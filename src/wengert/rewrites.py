@@ -43,7 +43,7 @@ import numpy as np
 
 from .config import config
 from .core.mutation import root
-from .core.trace import ANS, ARGS, PARAMS, PARENTS, PRIM, Tracer
+from .core.trace import ANS, ARGS, PARAMS, PARENTS, PRIM, Tracer, Metadata
 from .primitives import elementwise as E
 from .primitives import nn as P
 from .primitives import reductions as R
@@ -69,7 +69,7 @@ def _entry(trace, index):
 
 def _fresh(trace, value, since):
     """``value`` (kept by the entry at ``since``) unless it was written in place after that entry."""
-    if value is None:
+    if value is None or type(value) is Metadata:   # kept for its shape only
         return None
     written = trace.written
     if written is not None and isinstance(value, np.ndarray):

@@ -283,6 +283,32 @@ def dtype_of(x):
 _METADATA = frozenset(("shape", "dtype", "ndim", "size"))
 
 
+class Metadata:
+    """What a tape entry keeps of an array its rules read only for shape, dtype, ndim or size (the
+    shape and dtype): the array itself can be freed during the forward pass. Arrays of up to
+    ``SMALL`` elements are kept as they are (cheaper than this object)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, array):
+        self.shape = array.shape
+        self.dtype = array.dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        return f"Metadata(shape={self.shape}, dtype={self.dtype})"
+
+
+SMALL = 64
+
+
 def _names_read(fn):
     """Local names ``fn`` reads: ``(for their values, only for shape/dtype/ndim/size)``.
 
@@ -324,7 +350,8 @@ class Primitive:
     """
 
     __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "fused_jvp", "linear", "batch", "batched_vjp", "keep_ans",
-                 "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp", "rewrite")
+                 "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp", "rewrite", "_reads", "plans",
+                 "_derived_ans")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None,
                  fused_jvp=None, linear=False, owned_vjp=None, batched_vjp=False):
@@ -342,7 +369,12 @@ class Primitive:
         # recorded, returns a replacement result or None (rewrites.py's log of a known composition)
         self.batched_vjp = batched_vjp  # are its VJP rules right on values that carry vmap's batch axes? (a
         # tape inside vmap records it instead of vmap running the function once per example)
-        self.keep_ans, self.keep_args, self.value_args = _what_rules_keep(vjp)
+        self.keep_ans, keep, self.value_args = _what_rules_keep(vjp)
+        self._keep_args = keep
+        self.drop_args = () if keep is None else tuple(i for i, k in enumerate(keep) if not k)
+        self._derived_ans = self.keep_ans   # keep_ans may be set to True by hand later (nn.py)
+        self._reads = _rule_reads(vjp)
+        self.plans = {} if self._reads is not None else None
 
     @property
     def vjp(self):
@@ -369,8 +401,32 @@ class Primitive:
 
     @keep_args.setter
     def keep_args(self, flags):
+        """Fix what every tape entry keeps (custom functions, rewrites): no per-entry plans."""
         self._keep_args = flags
         self.drop_args = () if flags is None else tuple(i for i, keep in enumerate(flags) if not keep)
+        self.plans = None
+
+    def plan(self, traced):
+        """What an entry keeps when the arguments at bit mask ``traced`` are traced: only the rules of
+        those run. ``(drop, spare, metadata, keep_ans)``: positions no rule reads (dropped), read
+        only by the rules of untraced arguments (large arrays dropped), read only for metadata by
+        the rules that run (large arrays kept as Metadata); whether those rules read the output."""
+        plan = self.plans.get(traced)
+        if plan is None:
+            values, metadata, keep_ans = set(), set(), False
+            for position, (ans, by_value, by_metadata) in enumerate(self._reads):
+                if traced >> position & 1:
+                    values |= by_value
+                    metadata |= by_metadata
+                    keep_ans = keep_ans or ans
+            keep_ans = keep_ans or (self.keep_ans and not self._derived_ans)
+            n = len(self._reads)   # positional arguments (rules also name keyword parameters)
+            read_at_all = set().union(*(r[1] | r[2] for r in self._reads))
+            spare = tuple(sorted(i for i in read_at_all - values - metadata if i < n))
+            plan = (tuple(i for i in self.drop_args if i < n), spare,
+                    tuple(sorted(i for i in metadata - values if i < n)), keep_ans)
+            self.plans[traced] = plan
+        return plan
 
     def __call__(self, *args, **params):
         for a in args:
@@ -437,6 +493,32 @@ def _what_rules_keep(rules):
 
 
 
+def _rule_reads(rules):
+    """Per argument, what its VJP rule reads: ``(ans?, positions read for values, positions read
+    only for metadata)``; None when some rule cannot be read (then entries keep what
+    ``_what_rules_keep`` says)."""
+    if not rules:
+        return None
+    reads = []
+    for rule in rules:
+        if rule is None:
+            reads.append((False, frozenset(), frozenset()))
+            continue
+        read = _names_read(rule)
+        if read is None:
+            return None
+        value_names, meta_names = read
+        names = rule.__code__.co_varnames[: rule.__code__.co_argcount]
+        positions = {name: k for k, name in enumerate(names[2:])}
+        reads.append((len(names) >= 2 and names[1] in value_names | meta_names,
+                      frozenset(positions[n] for n in value_names if n in positions),
+                      frozenset(positions[n] for n in meta_names if n in positions)))
+    return reads
+
+
+_ndarray = np.ndarray
+
+
 def bind(prim, args, params):
     """Run ``prim`` on arguments some of which are tracers, recording one tape entry at the top level.
 
@@ -501,14 +583,34 @@ def bind(prim, args, params):
         ans = prim.impl(*vals, **params)
     if not prim.records:
         return ans
-    for i in prim.drop_args:
-        if i < n:
+    if prim.plans is None or len(prim._reads) != n:
+        keep_ans = prim.keep_ans
+        for i in prim.drop_args:
+            if i < n:
+                vals[i] = None
+    else:   # keep what the rules of the traced arguments read (Primitive.plan)
+        if len(parents) == n:
+            traced = (1 << n) - 1
+        else:
+            traced = 0
+            for p, _ in parents:
+                traced |= 1 << p
+        drop, spare, metadata, keep_ans = prim.plans.get(traced) or prim.plan(traced)
+        for i in drop:
             vals[i] = None
+        for i in spare:
+            v = vals[i]
+            if type(v) is _ndarray and v.size > SMALL:
+                vals[i] = None
+        for i in metadata:
+            v = vals[i]
+            if type(v) is _ndarray and v.size > SMALL:
+                vals[i] = Metadata(v)
     tape = trace.tape
     if prim.multiple_results:
         tape.append((prim, vals, ans, params, parents))
         return _select_outputs(ans, trace, len(tape) - 1)
-    tape.append((prim, vals, ans if prim.keep_ans else None, params, parents))
+    tape.append((prim, vals, ans if keep_ans else None, params, parents))
     out = _new(Tracer)
     out.value = ans
     out._trace = trace

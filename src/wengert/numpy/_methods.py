@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.errors import NoDerivativeError
 from ..core.mutation import write_in_place
-from ..core.trace import Tracer, bind, make_tracer, unbox
+from ..core.trace import SMALL, Metadata, Tracer, bind, make_tracer, unbox
 from ..primitives import elementwise as E
 from ..primitives import shape as S
 from ..primitives.scatter import write
@@ -71,7 +71,9 @@ def _getitem(self, index):
     if trace.guard is not None or type(value) is Tracer:
         return bind(S.getitem, (self,), {"index": index})
     tape = trace.tape
-    tape.append((S.getitem, [value], None, {"index": index}, ((0, self.index),)))
+    # the rule reads only the parent's shape and dtype: a large parent is not kept alive for it
+    kept = Metadata(value) if type(value) is np.ndarray and value.size > SMALL else value
+    tape.append((S.getitem, [kept], None, {"index": index}, ((0, self.index),)))
     return make_tracer(value[index], trace, len(tape) - 1)
 
 

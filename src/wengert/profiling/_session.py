@@ -29,6 +29,7 @@ import numpy as np
 
 from ..core import backward as _backward_mod
 from ..core import trace as _trace_mod
+from ..core.trace import Metadata
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
@@ -190,7 +191,10 @@ class NodeLog:
             value = entry[2]
             if value is None and prim.name == "getitem" and entry[1] and entry[3]:
                 try:                                  # the fast path of x[index]: a view, cheap to make
-                    value = entry[1][0][entry[3]["index"]]
+                    parent = entry[1][0]
+                    if type(parent) is Metadata:      # only its shape was kept: a zero-stride stand-in
+                        parent = np.broadcast_to(np.zeros((), parent.dtype), parent.shape)
+                    value = parent[entry[3]["index"]]
                 except Exception:
                     value = None
             self._append(prim.name, self.stack_id(frame), now - self.last_exit, kernel, value)
