@@ -110,8 +110,8 @@ def test_vjp_fn_checks_the_cotangent_against_the_output():
 
 # --- functions without a derivative --------------------------------------------------------------------
 @pytest.mark.parametrize("name, call", [
-    ("numpy.histogramdd", lambda x: np.histogramdd(x)[1][0]),
-    ("numpy.histogram2d", lambda x: np.histogram2d(x, x)[1]),
+    ("numpy.put", lambda x: np.put(x, [0], x[1:2]) or x),
+    ("numpy.putmask", lambda x: np.putmask(x, x > 1, 0.0) or x),
     ("numpy.add.reduceat", lambda x: np.add.reduceat(x, [0, 2])),
 ])
 def test_a_numpy_function_without_a_rule_raises_no_derivative_error_naming_it(name, call):

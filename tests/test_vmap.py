@@ -19,7 +19,7 @@ RAGGED = {"x[x > 0]", "unique", "unique axis=1", "piecewise", "piecewise otherwi
           "trim_zeros", "roots", "polydiv", "polydiv shorter", "unique_values", "unique_all", "unique_counts",
           "unique_inverse", "union1d", "intersect1d", "intersect1d return_indices", "setdiff1d", "setxor1d"}
 # rows vmap runs once per example, with a warning: np.histogram returns a tuple (counts, edges)
-LOOPED = {"histogram edges", "histogram_bin_edges"}
+LOOPED = {"histogram edges", "histogram_bin_edges", "histogramdd", "histogram2d"}
 
 
 def _warnings_expected(name, caught):

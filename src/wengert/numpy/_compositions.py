@@ -1235,6 +1235,54 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002 - N
     return F.histogram(a, bins=bins, range=range, weights=weights)[1]
 
 
+
+_histogramdd_plain = nondiff(np.histogramdd)
+
+
+@_traceable_lists(np.histogramdd)
+def histogramdd(sample, bins=10, range=None, density=None, weights=None):  # noqa: A002 - NumPy's name
+    """Counts are piecewise constant; each dimension's edges are the ones histogram computes for that
+    column, so edges computed from the data move with its min and max (histogram's rule)."""
+    if type(weights) is Tracer:
+        raise F.NoDerivativeError("numpy.histogramdd with traced weights", (
+            "numpy.histogramdd with traced weights has no derivative rule in wengert (its sums are linear "
+            "in the weights); pass wg.stop_gradient(weights) to drop the gradient on purpose."))
+    if isinstance(sample, (list, tuple)):
+        columns = [_operand(column) for column in sample]
+    else:
+        sample = _operand(sample)
+        sample = F.reshape(sample, (-1, 1)) if _ndim(sample) == 1 else sample
+        columns = [sample[:, i] for i in builtins.range(_shape(sample)[1])]
+    if builtins.any(type(unbox_all(column)) is Tracer for column in columns):  # batched by vmap
+        raise TypeError("histogramdd returns a tuple of counts and edges: each example is computed on its own")
+    hist, _ = _histogramdd_plain(sample, bins, range, density, weights)
+    dims = len(columns)
+    try:
+        if len(bins) != dims:
+            raise ValueError("The dimension of bins must be equal to the dimension of the sample x.")
+    except TypeError:
+        bins = dims * [bins]
+    ranges = dims * [None] if range is None else range
+    edges = [F.histogram(columns[i], bins[i], ranges[i])[1] for i in builtins.range(dims)]
+    if density and builtins.any(type(e) is Tracer for e in edges):
+        raise F.NoDerivativeError("numpy.histogramdd(density=True) with edges that move with traced values", (
+            "numpy.histogramdd(density=True) divides by bin volumes that move with the traced data, which "
+            "wengert does not differentiate: pass plain bins/range, or wg.stop_gradient the data."))
+    return hist, edges
+
+
+@_traceable_lists(np.histogram2d)
+def histogram2d(x, y, bins=10, range=None, density=None, weights=None):  # noqa: A002 - NumPy's name
+    try:
+        n = len(bins)
+    except TypeError:
+        n = 1
+    if n != 1 and n != 2:
+        bins = [bins, bins]
+    hist, edges = histogramdd([x, y], bins, range, density, weights)
+    return hist, edges[0], edges[1]
+
+
 _NOT_EXPORTED = {"annotations", "builtins", "functools", "importlib", "operator", "constant", "ufunc_reduce", "ufunc_accumulate",
                  "ufunc_outer", "np", "Tracer", "dtype_of", "unbox", "E", "elementwise_constant", "nondiff", "unbox_all", "F", "traceable"}
 __all__ = [n for n in list(globals()) if not n.startswith("_") and n not in _NOT_EXPORTED]
