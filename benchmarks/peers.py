@@ -87,6 +87,12 @@ class Prepared:
 
 
 def prepare(lib, row):
+    if row.spelling is not None:
+        container = row.spelling[0]
+        if container == "in-place" and lib in ("autograd", "jax", "jax.jit"):
+            raise Skip("its arrays cannot be written in place")
+        if container == "Buffer" and lib == "autograd":
+            raise Skip("no writable array (the lists+stack spelling is autograd's)")
     return {"autograd": _autograd, "torch": _torch, "jax": _jax, "jax.jit": _jax_jit,
             "mygrad": _mygrad}[lib](row)
 
@@ -140,8 +146,9 @@ def _torch_namespace():
         max=lambda x, axis=None, keepdims=False: torch.amax(x, **({} if axis is None else
                                                                     {"dim": axis, "keepdim": keepdims})),
         exp=torch.exp, sqrt=torch.sqrt, log=torch.log, tanh=torch.tanh, einsum=torch.einsum,
-        dot=torch.dot, diag=torch.diag, reshape=torch.reshape,
+        dot=torch.dot, diag=torch.diag, reshape=torch.reshape, inner=torch.inner,
         stack=lambda xs, axis=0: torch.stack(xs, dim=axis),
+        zeros=lambda shape, dtype: torch.zeros(shape, dtype=dtype),
     )
     return ns
 
@@ -277,6 +284,9 @@ def _mygrad_namespace():
                                   ("sum", "max", "exp", "sqrt", "log", "tanh", "einsum", "reshape", "stack")})
     ns.dot = mg.matmul
     ns.diag = diag
+    ns.zeros = lambda shape, dtype: mg.zeros(shape, dtype=dtype)
+    if hasattr(mg, "inner"):
+        ns.inner = mg.inner
     return ns
 
 

@@ -94,6 +94,62 @@ def w1_code(np, Buffer=None):
     return {"vectorized": vectorized, "loop": loop}
 
 
+# -- every spelling of the seed loops: where the results go, and how each dot product is written --
+# A cliff in one spelling is a cliff: users write all of these.
+DOT_SPELLINGS = ("@", "np.dot", "np.sum(u*v)", "np.inner")
+CONTAINERS = ("Buffer", "in-place", "lists+stack")
+
+
+def dot_spelling(np, spelling):
+    return {"@": lambda u, v: u @ v, "np.dot": lambda u, v: np.dot(u, v),
+            "np.sum(u*v)": lambda u, v: np.sum(u * v), "np.inner": lambda u, v: np.inner(u, v)}[spelling]
+
+
+def traced_zeros(np, shape, like):
+    """Zeros that live where ``like`` lives (a traced array when ``like`` is one), so that the
+    loop's ``out[i, j] = v`` writes are differentiated (a write into a plain array is not)."""
+    return np.zeros(shape, like.dtype) + 0 * like.ravel()[0]
+
+
+def spelling_name(container, dot):
+    return f"loop[{container}, {dot}]"
+
+
+def w1_spellings_code(np, Buffer=None):
+    """Seed 000's loop in every spelling: results written into a Buffer, written in place into a
+    traced zeros array, or built as nested lists and stacked; each dot product as ``@``,
+    ``np.dot``, ``np.sum(u * v)`` or ``np.inner``."""
+    softmax = softmax_code(np)
+
+    def make(container, dot):
+        def cosinesim(u, v):
+            return dot(u, v) / (np.sqrt(np.sum(u ** 2)) * np.sqrt(np.sum(v ** 2)))
+
+        def loss(a, b, wts):
+            W, R, B = a.shape
+            N = b.shape[1]
+            if container == "lists+stack":
+                P = np.stack([softmax(np.stack([np.stack([cosinesim(b[:, i, k], a[:, j, k]) for j in range(R)])
+                                                for i in range(N)]), axis=0) for k in range(B)], axis=2)
+                return np.sum(P * wts)
+            out = Buffer.zeros((N, R, B), a.dtype) if container == "Buffer" else traced_zeros(np, (N, R, B), a)
+            for k in range(B):
+                for j in range(R):
+                    aj = a[:, j, k]
+                    for i in range(N):
+                        out[i, j, k] = cosinesim(b[:, i, k], aj)
+            if container == "Buffer":            # the seed's own ending
+                for k in range(B):
+                    out[:, :, k] = softmax(out[:, :, k], axis=0)
+                P = out.freeze()
+            else:
+                P = np.stack([softmax(out[:, :, k], axis=0) for k in range(B)], axis=2)
+            return np.sum(P * wts)
+        return loss
+
+    return {spelling_name(c, d): make(c, dot_spelling(np, d)) for c in CONTAINERS for d in DOT_SPELLINGS}
+
+
 def w1_vmap_code(np, Buffer=None):
     """W1 as issue 6 recommends: the kernel for two vectors, mapped with wengert.vmap over the
     columns of b, the columns of a and the batch (no Python loop). wengert only."""
@@ -199,6 +255,34 @@ def w2_code(np, Buffer=None):
         return np.sum(C * wts)
 
     return {"diagmatmul": diagmatmul, "colwise": colwise, "glued": glued}
+
+
+def w2_spellings_code(np, Buffer=None):
+    """Seed 001's per-column formulation in every spelling: the dot products z[t, b] collected in
+    nested lists and stacked, written into a Buffer, or written in place into a traced zeros array;
+    each dot product as ``@``, ``np.dot``, ``np.sum(u * v)`` or ``np.inner``."""
+    softmax = softmax_code(np)
+
+    def attend(z, Hs, wts):
+        alpha = softmax(z, axis=0)
+        return np.sum(np.sum(alpha[None, :, :] * Hs, axis=1) * wts)
+
+    def make(container, dot):
+        def loss(Wm, bm, xs, Hs, wts):
+            ys = [Wm @ x + bm[:, None] for x in xs]
+            T, B = len(ys), ys[0].shape[1]
+            y1 = [ys[0][:, b] for b in range(B)]
+            if container == "lists+stack":
+                z = np.stack([np.stack([dot(y1[b], y[:, b]) for b in range(B)]) for y in ys])
+                return attend(z, Hs, wts)
+            z = Buffer.zeros((T, B), Wm.dtype) if container == "Buffer" else traced_zeros(np, (T, B), Wm)
+            for t, y in enumerate(ys):
+                for b in range(B):
+                    z[t, b] = dot(y1[b], y[:, b])
+            return attend(z.freeze() if container == "Buffer" else z, Hs, wts)
+        return loss
+
+    return {spelling_name(c, d): make(c, dot_spelling(np, d)) for c in CONTAINERS for d in DOT_SPELLINGS}
 
 
 def w2_hand(Wm, bm, xt, Hs, wts):
@@ -330,6 +414,7 @@ class Row:
     hand_args: tuple = None         # inputs of ``hand`` when they differ (W2: glued xt)
     loop_iterations: int = 0        # Python-level loop trips of the formulation (0: vectorized)
     wengert_only: bool = False      # a formulation only wengert has (vmap): no peers
+    spelling: tuple = None          # (container, dot product) of a loop spelling row
     notes: list = field(default_factory=list)
 
     @property
@@ -362,6 +447,11 @@ def w1_rows(quick):
             rows.append(Row("W1", label, form, w1_code, hand, (a, b, wts), (0, 1),
                             loop_iterations=N * R * B if form == "loop" else 0))
         rows.append(Row("W1", label, "vmap", w1_vmap_code, hand, (a, b, wts), (0, 1), wengert_only=True))
+        if label.startswith("seed"):   # every spelling of the loop, at the seed's size
+            for c in CONTAINERS:
+                for d in DOT_SPELLINGS:
+                    rows.append(Row("W1", label, spelling_name(c, d), w1_spellings_code, hand, (a, b, wts), (0, 1),
+                                    loop_iterations=N * R * B, spelling=(c, d)))
     return rows
 
 
@@ -381,7 +471,9 @@ def w2_rows(quick):
         Row("W2", label, "colwise", w2_code, w2_hand, (Wm, bm, xs, Hs, wts), (0, 1),
             hand_args=(Wm, bm, xt, Hs, wts), loop_iterations=T * B),
         Row("W2", label, "glued", w2_code, w2_hand, (Wm, bm, xt, Hs, wts), (0, 1)),
-    ]
+    ] + [Row("W2", label, spelling_name(c, d), w2_spellings_code, w2_hand, (Wm, bm, xs, Hs, wts), (0, 1),
+             hand_args=(Wm, bm, xt, Hs, wts), loop_iterations=T * B, spelling=(c, d))
+         for c in CONTAINERS for d in DOT_SPELLINGS]
 
 
 def w3_rows(quick):

@@ -19,9 +19,12 @@ def test_benchmark_suite_quick(tmp_path):
     results = json.loads(out.read_text())
     rows = results["rows"]
     seen = {(r["workload"], r["formulation"]) for r in rows}
+    spellings = {f"loop[{c}, {d}]" for c in ("Buffer", "in-place", "lists+stack")
+                 for d in ("@", "np.dot", "np.sum(u*v)", "np.inner")}
     assert seen == {("W1", "vectorized"), ("W1", "loop"), ("W1", "vmap"), ("W2", "diagmatmul"), ("W2", "colwise"),
-                    ("W2", "glued"), ("W3", "log(softmax)"), ("W3", "logsumexp"), ("W4", "record")}
-    assert len(rows) == 15
+                    ("W2", "glued"), ("W3", "log(softmax)"), ("W3", "logsumexp"), ("W4", "record")} | {
+                        (w, s) for w in ("W1", "W2") for s in spellings}
+    assert len(rows) == 15 + 24
     bad = {r["name"]: r["checks"]["wengert"] for r in rows if r["checks"]["wengert"] != "ok"}
     assert not bad, bad
     assert all(r["notes"]["wengert_max_rel_error"] < 1e-3 for r in rows)
