@@ -556,3 +556,19 @@ def test_sparse_cross_entropy_rules_take_batched_labels():
     _inside_vmap_equals_loop(wg.hessian(loss), (_X[:, 0], _LABELS[:, 0]), (0, 0))
     _inside_vmap_equals_loop(lambda a, l: wg.jvp(lambda z: loss(z, l), (a,), (wnp.ones_like(a),))[1],
                              (_X, _LABELS), (0, 0))
+
+
+def test_softmax_and_log_softmax_of_plain_arrays_equal_the_primitives_results():
+    """On plain float arrays they run NumPy's few operations directly (the cost of NumPy code), and
+    give what the primitives give, rows with infinite maxima included."""
+    from wengert.primitives import nn as P
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    ragged = x.astype(np.float64)
+    ragged[1] = -np.inf
+    ragged[2, 0] = np.inf
+    for a in (x, x.astype(np.float64), ragged):
+        for axis in (0, 1, -1):
+            with np.errstate(invalid="ignore"):
+                np.testing.assert_array_equal(wnn.softmax(a, axis), P.softmax(a, axis=(axis % 2,)))
+                np.testing.assert_array_equal(wnn.log_softmax(a, axis), P.log_softmax(a, axis=(axis % 2,)))
+            assert wnn.softmax(a, axis).dtype == a.dtype

@@ -83,15 +83,31 @@ def _traced(*xs):
     return False
 
 
+def _plain_float(x, axis):
+    """A plain float32/float64 array of one or more dimensions and one int axis within it: the
+    case that NumPy's own few operations compute (no tracer, no dtype or axis to normalize)."""
+    if type(x) is not np.ndarray or type(axis) is not int or x.dtype.char not in "fd":
+        return False
+    return -x.ndim <= axis < x.ndim
+
+
 # --- softmax family ----------------------------------------------------------------------------
 def softmax(x, axis=-1):
     """``exp(x) / sum(exp(x))`` along ``axis`` (an int, a tuple, or None for all), computed stably."""
+    if _plain_float(x, axis):
+        out = P.softmax_of_array(x, axis)
+        if out is not None:
+            return out
     x = _operand(x)
     return P.softmax(x, axis=_every_axis(_axes(axis, _ndim(x), "softmax"), x))
 
 
 def log_softmax(x, axis=-1):
     """``x - logsumexp(x, axis, keepdims=True)``; its gradient is ``g - softmax(x) * sum(g)``."""
+    if _plain_float(x, axis):
+        out = P.log_softmax_of_array(x, axis)
+        if out is not None:
+            return out
     x = _operand(x)
     return P.log_softmax(x, axis=_every_axis(_axes(axis, _ndim(x), "log_softmax"), x))
 

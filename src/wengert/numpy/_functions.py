@@ -290,8 +290,13 @@ def vdot(a, b, /):
 @traceable(np.inner)
 def inner(a, b, /):
     a, b = _as_traced_operand(a), _as_traced_operand(b)
-    if _ndim(a) == 0 or _ndim(b) == 0:
+    na, nb = _ndim(a), _ndim(b)
+    if na == 0 or nb == 0:
         return a * b
+    if nb == 1:              # contracting a's last axis with a vector is np.dot's meaning
+        return C.dot(a, b)
+    if na == 1:
+        return C.dot(b, a)
     return tensordot(a, b, axes=([-1], [-1]))
 
 

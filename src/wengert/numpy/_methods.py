@@ -16,6 +16,7 @@ import numpy as np
 from ..core.errors import NoDerivativeError
 from ..core.mutation import write_in_place
 from ..core.trace import SMALL, Metadata, Tracer, bind, make_tracer, unbox
+from ..primitives import contractions as C
 from ..primitives import elementwise as E
 from ..primitives import shape as S
 from ..primitives.scatter import write
@@ -251,7 +252,14 @@ def install(wnp):
     T.__rmod__ = lambda self, other: E.remainder(other, self)
     T.__floordiv__ = _compare(operator.floordiv)
     T.__rfloordiv__ = lambda self, other: _compare(operator.floordiv)(other, self)
-    T.__matmul__ = lambda self, other: wnp.matmul(self, other)
+    def matmul_op(self, other):
+        """``a @ b``: two traced operands of one or more dimensions go straight to the primitive
+        (the hot operation of per-column loops); everything else through ``wnp.matmul``'s checks."""
+        if type(other) is Tracer and len(self.shape) and len(other.shape):
+            return C.matmul(self, other)
+        return wnp.matmul(self, other)
+
+    T.__matmul__ = matmul_op
     T.__rmatmul__ = lambda self, other: wnp.matmul(other, self)
     T.__neg__ = lambda self: E.negative(self)
     T.__pos__ = lambda self: self

@@ -162,6 +162,29 @@ def _softmax(x, axis=None):
     return z.astype(dt, copy=False)
 
 
+def softmax_of_array(x, axis):
+    """softmax of a plain float32/float64 array of one or more dimensions along one int axis: NumPy's
+    own few operations, so that ``wnn.softmax`` on plain arrays costs what NumPy code costs. None
+    when a maximum is not finite (the implementation above handles those rows)."""
+    m = np.maximum.reduce(x, axis=axis, keepdims=True)
+    if not math.isfinite(np.add.reduce(m, axis=None)):
+        return None
+    e = x - m
+    np.exp(e, out=e)
+    e /= np.add.reduce(e, axis=axis, keepdims=True)
+    return e
+
+
+def log_softmax_of_array(x, axis):
+    """log_softmax of a plain float array along one axis (as ``softmax_of_array``)."""
+    m = np.maximum.reduce(x, axis=axis, keepdims=True)
+    if not math.isfinite(np.add.reduce(m, axis=None)):
+        return None
+    z = x - m
+    z -= np.log(np.add.reduce(np.exp(z), axis=axis, keepdims=True))
+    return z
+
+
 def _softmax_vjp(g, ans, x, axis=None):
     ga = g * ans
     return ga - ans * _sum_kept(ga, axis)

@@ -188,6 +188,14 @@ def _lane_rank(seen, zero):
 
 
 def _prod_vjp(g, ans, x, axis=None, keepdims=False):
+    if type(g) is not Tracer and type(x) is np.ndarray and type(ans) is not Tracer and x.size:
+        # plain values whose every 1/x and the products are normal numbers: g * ans / x, in one
+        # pass (the exclusive products below are for zeros, underflow and higher orders)
+        tiny = np.finfo(x.dtype).tiny
+        ans = np.asarray(ans)
+        if np.abs(x).min() >= tiny and np.abs(ans).min() >= tiny:
+            ndim = x.ndim
+            return _kept(np.asarray(g), ndim, axis, keepdims) * _kept(ans, ndim, axis, keepdims) / x
     return _expand_to(g, _shape(x), axis, keepdims) * _others(x, axis)
 
 
@@ -210,6 +218,9 @@ def _cumsum(x, axis):
 
 
 def _reverse_cumsum(g, axis):
+    if type(g) is np.ndarray:
+        backwards = (slice(None),) * (axis % g.ndim) + (slice(None, None, -1),)
+        return g[backwards].cumsum(axis=axis)[backwards]
     return flip(cumsum(flip(g, axis=axis), axis=axis), axis=axis)
 
 
