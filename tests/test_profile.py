@@ -316,6 +316,45 @@ def test_bookkeeping_finding_is_not_repeated_when_a_loop_explains_it(colwise_rep
     assert kinds.count("loop") >= 1 and "bookkeeping" not in kinds
 
 
+def _slow_rule(g, ans, x):
+    total = 0
+    for k in range(4000):   # the rule's own Python: what a rule made of many small steps costs
+        total += k
+    return g
+
+
+_SLOW = trace_mod.Primitive("slow_rule_demo", lambda x: x * 1.0, vjp=(_slow_rule,))
+
+
+def test_a_slow_backward_rule_is_named_instead_of_called_bookkeeping():
+    def chain(x):
+        y = x
+        for _ in range(60):
+            y = wnp.sin(_SLOW(y))
+        return wnp.sum(y)
+
+    report = wg.profile(chain, np.linspace(0.1, 0.4, 4), repeat=2)
+    rules = [f for f in report.findings if f.kind == "rule"]
+    assert [f.data["primitive"] for f in rules] == ["slow_rule_demo"], report
+    assert "backward rule of `slow_rule_demo`" in rules[0].evidence and "slow_rule_demo" in str(report)
+    assert rules[0].data["rule_step_s"] >= 3 * rules[0].data["engine_step_s"]
+    # what the rule explains is not counted again as bookkeeping, and the loop's finding names it
+    assert all(f.seconds <= rules[0].seconds for f in report.findings if f.kind == "bookkeeping")
+    loops = [f for f in report.findings if f.kind == "loop"]
+    assert loops and all("backward rule of `slow_rule_demo` adds" in f.evidence for f in loops)
+
+
+def test_cheap_rules_are_not_called_slow():
+    def chain(x):
+        y = x
+        for _ in range(60):
+            y = wnp.sin(y) * 1.01
+        return wnp.sum(y)
+
+    report = wg.profile(chain, np.linspace(0.1, 0.4, 4), repeat=2)
+    assert not [f for f in report.findings if f.kind == "rule"], report
+
+
 # --- the report's forms --------------------------------------------------------------------------
 def test_report_numbers_are_consistent(colwise_report):
     r = colwise_report

@@ -27,6 +27,9 @@ LOOP_MIN_NODES = 50                 # a loop must record at least this many oper
 LOOP_MIN_SHARE = 0.05               # ... take at least this share of the gradient's time ...
 LOOP_MIN_BOOKKEEPING = 0.5          # ... and be mostly bookkeeping, not array arithmetic
 BOOKKEEPING_MIN_SHARE = 0.5         # backward bookkeeping share that is worth a finding
+RULE_MIN_RATIO = 3.0                # a rule's fixed cost per step, in engine steps, that makes it slow ...
+RULE_MIN_SHARE = 0.10               # ... when its excess is at least this share of the backward pass
+RULE_MIN_NODES = 20                 # ... over at least this many small operations
 MATERIALIZED_MIN_BYTES = 1 << 20    # buffers smaller than 1 MiB are never a finding
 MATERIALIZED_RATIO = 3.0            # cotangent buffers made per array, or backward/forward bytes
 MUTATION_MIN_COPIES = 4
@@ -133,7 +136,7 @@ def loops_at(filename, line):
 @dataclasses.dataclass
 class Finding:
     """One diagnosis: what, where, the evidence, the fix, and what it costs per gradient call."""
-    kind: str           # loop, bookkeeping, float64, materialized, unfused, mutation, dead
+    kind: str           # loop, rule, bookkeeping, float64, materialized, unfused, mutation, dead
     title: str
     where: str          # "file:line in function", or "" when it is not one place
     evidence: str
@@ -231,6 +234,7 @@ class Report:
                     table[name] = float(np.median(v))
         base_b = self.calibration.get("backward_step", 0.0)
         base_f = self.calibration.get("forward_kernel", 0.0)
+        self._rule_fixed, self._base_step = fixed_b, base_b   # for the slow-rule detector
         # On tiny arrays there is no array work by definition: all of it is fixed cost.
         bkern = np.array([max(0.0, steps[j] - fixed_b.get(names[j], base_b)) if visited[j] and not tiny_mask[j]
                           else 0.0 for j in range(n)])
@@ -334,7 +338,7 @@ class Report:
                        sites=sites, site_of=site_of, parents=parents, visited=visited, dead=dead,
                        fwd_c=fwd_c, bwd_c=bwd_c, report=self)
         findings = []
-        for detector in (_loops, _bookkeeping, _float64, _materialized, _unfused, _mutation, _dead):
+        for detector in (_loops, _slow_rules, _bookkeeping, _float64, _materialized, _unfused, _mutation, _dead):
             findings.extend(detector(ctx))
         findings.sort(key=lambda f: -f.seconds)
         self.findings = findings
@@ -556,6 +560,8 @@ class _Context:
     bwd_c: np.ndarray
     report: Report
     loop_groups: list = dataclasses.field(default_factory=list)
+    rule_excess: float = 0.0       # backward time (detailed run) that slow rules explain
+    slow_rules: dict = None        # see _slow_rule_steps
 
     def clean_seconds(self, idx):
         """Seconds per clean call: the entries' shares of the instrumented run, applied to the totals."""
@@ -662,11 +668,20 @@ def _loops(ctx):
                     f"calls that the source does not show as a loop).")
             title = "Many small operations from one line"
             loop_line = None
-        per_node_bk = bookkeeping / n
+        # slow backward rules among these operations are named, not counted as bookkeeping
+        slow = _slow_rule_steps(ctx)
+        base = getattr(ctx.report, "_base_step", 0.0)
+        scale_b = ctx.report.scale[1]
+        in_rules = Counter(ctx.names[j] for j in idx if ctx.names[j] in slow and ctx.visited[j])
+        rules_s = sum((slow[name][0] - base) * c for name, c in in_rules.items()) * scale_b
+        per_node_bk = max(0.0, bookkeeping - rules_s) / n
         per_node_k = kernels / n
         evidence = (f"{head} Operations: {ops}; median output {_elements(median)}. They take {share:.0%} of "
                     f"the gradient's time; each costs ~{per_node_bk * 1e6:.1f} us of bookkeeping (recording, "
-                    f"tracers, its backward rule, NumPy's call overhead) for ~{per_node_k * 1e6:.1f} us of array work.")
+                    f"tracers, NumPy's call overhead) for ~{per_node_k * 1e6:.1f} us of array work.")
+        for name, c in in_rules.most_common():
+            evidence += (f" The backward rule of `{name}` adds ~{(slow[name][0] - base) * scale_b * 1e6:.1f} us to "
+                         f"each of its {c:,} operations (its own finding below).")
         if patterns:
             pat, c = patterns.most_common(1)[0]
             evidence += f" {c:,} of them are indexing reads x{pat}, one slice at a time."
@@ -703,6 +718,51 @@ def _loop_fix(prims, patterns):
             f"(wg.custom_vjp). See {DOCS}, 'Many small operations from one loop'.")
 
 
+def _slow_rule_steps(ctx):
+    """{primitive: (its backward step on small operands, count)} for the rules that are slow:
+    several engine steps each, over enough operations to be a real share of the backward pass."""
+    if ctx.slow_rules is not None:
+        return ctx.slow_rules
+    ctx.slow_rules = {}
+    rep = ctx.report
+    base = getattr(rep, "_base_step", 0.0)
+    back = float(ctx.bwd.sum())
+    if base <= 0 or back <= 0:
+        return ctx.slow_rules
+    counts = Counter(ctx.names[j] for j in np.flatnonzero(ctx.is_node & ctx.visited))
+    for name, step in getattr(rep, "_rule_fixed", {}).items():
+        n = counts.get(name, 0)
+        if n >= RULE_MIN_NODES and step >= RULE_MIN_RATIO * base and (step - base) * n >= RULE_MIN_SHARE * back:
+            ctx.slow_rules[name] = (step, n)
+    return ctx.slow_rules
+
+
+def _slow_rules(ctx):
+    """A primitive whose backward step on small operands costs several times the engine's own step:
+    its rule's Python and NumPy calls are the cost, which is the rule's to fix, not bookkeeping."""
+    rep = ctx.report
+    base = getattr(rep, "_base_step", 0.0)
+    back = float(ctx.bwd.sum())
+    out = []
+    for name, (step, n) in _slow_rule_steps(ctx).items():
+        excess = (step - base) * n
+        ctx.rule_excess += excess
+        seconds = excess / back * rep.backward
+        evidence = (f"The backward rule of `{name}` costs ~{step * 1e6:.1f} us per operation on small operands "
+                    f"({n:,} operations), {step / base:.1f}x the engine's own cost of a backward step "
+                    f"(~{base * 1e6:.1f} us, measured on common operations): {excess / back:.0%} of the backward "
+                    f"pass is that rule's own work (its Python and the NumPy calls it makes), not the engine's "
+                    f"bookkeeping.")
+        fix = (f"Write the operation with a primitive whose rule is cheap on these shapes, or give the hot "
+               f"composition one hand-written gradient (wg.custom_vjp); the cost of every rule on small operands "
+               f"is measured by benchmarks/op_overhead.py. See {DOCS}, 'A backward rule that is slow on small "
+               f"operands'.")
+        out.append(Finding("rule", f"The backward rule of {name} is slow on small operands", name, evidence, fix,
+                           seconds, seconds / rep.gradient if rep.gradient else 0.0,
+                           data=dict(primitive=name, operations=n, rule_step_s=step, engine_step_s=base)))
+    return out
+
+
 def _bookkeeping(ctx):
     rep = ctx.report
     if not rep.backward or rep.backward < 1e-3:
@@ -713,8 +773,8 @@ def _bookkeeping(ctx):
     bk_total = share_bk * rep.backward
     # Backward bookkeeping already explained by a loop finding is not counted again.
     overhead = np.clip(ctx.bwd - ctx.bkern - ctx.acc, 0.0, None)
-    covered = sum(float(overhead[idx].sum()) for idx in ctx.loop_groups)
-    rest = bk_total * (1.0 - covered / max(float(overhead.sum()), 1e-12))
+    covered = sum(float(overhead[idx].sum()) for idx in ctx.loop_groups) + ctx.rule_excess
+    rest = bk_total * max(0.0, 1.0 - covered / max(float(overhead.sum()), 1e-12))
     if rest < 0.3 * rep.backward:
         return []
     idx = np.flatnonzero(ctx.is_node & ctx.visited)
