@@ -104,11 +104,13 @@ def _leaves(out):
     return list(out) if isinstance(out, tuple) else [out]
 
 
-@pytest.mark.parametrize("name", sorted(REASONS))
+# entries for names an older NumPy has (alltrue, sometrue) are checked where that NumPy runs
+PRESENT = sorted(name for name in REASONS if hasattr(np, name))
+
+
+@pytest.mark.parametrize("name", PRESENT)
 def test_each_entry_has_the_property_it_is_listed_for(name):
     why, call = REASONS[name]
-    if not hasattr(np, name):
-        pytest.skip(f"numpy {np.__version__} has no {name}")
     out = call(X)
     if why in ("index", "integer", "boolean"):
         for leaf in _leaves(out):
@@ -123,10 +125,8 @@ def test_each_entry_has_the_property_it_is_listed_for(name):
         np.testing.assert_array_equal(call(X * 3.7 + 1.0), out)
 
 
-@pytest.mark.parametrize("name", sorted(REASONS))
+@pytest.mark.parametrize("name", PRESENT)
 def test_each_entry_reads_a_traced_value_and_returns_no_tracer(name):
-    if not hasattr(np, name):
-        pytest.skip(f"numpy {np.__version__} has no {name}")
     _, call = REASONS[name]
     seen = []
 
