@@ -412,11 +412,16 @@ def test_unfusable_inner_run_falls_back_to_its_own_level(monkeypatch):
     np.testing.assert_allclose(out, np.stack([x[k][:, idx[k]] for k in range(3)]))
     from wengert.transforms import batching
     f = wg.vmap(lambda r: wg.vmap(lambda v: v * 2.0, out_axes=None)(r))
+    # out_axes=None for an output that depends on the batch: the unfused run's answer, which is an
+    # error (it used to be caught as a generic failure of the batched run, and the loop then kept
+    # example 0's value only)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fused = f(x)
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="out_axes is None for an output that depends on the batch"):
+            f(x)
         monkeypatch.setattr(batching, "FUSE", False)
-        np.testing.assert_array_equal(fused, f(x))  # out_axes=None: the unfused run's answer
+        with pytest.raises(ValueError, match="out_axes is None for an output that depends on the batch"):
+            f(x)
 
 
 def test_fused_vmap_under_grad_and_jvp_matches_unfused(monkeypatch):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import NeedsLoop
 from .trace import OBSERVER, Tracer, _Select
 
 
@@ -134,8 +135,8 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
             continue
         if not prim.batched_vjp and _carries_a_batch(g):
             # inside vmap, a cotangent with a batch axis reached a rule not checked on batched values
-            # (vmap catches this and runs the function once per example)
-            raise TypeError(f"the VJP rule of {prim.name} is not checked on vmap's batched values")
+            # (vmap runs the function once per example instead)
+            raise NeedsLoop(f"the VJP rule of {prim.name} is not checked on vmap's batched values")
         cts[i] = None
         if not keep_tape:
             tape[i] = None

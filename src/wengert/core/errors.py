@@ -23,6 +23,12 @@ class NoDerivativeError(WengertError, NotImplementedError):
         ))
 
 
+class NeedsLoop(Exception):
+    """The batched run cannot express this case (a batching rule, or the engine meeting a batched
+    value where it cannot): vmap runs the whole function once per example instead, with a warning.
+    It is the only signal vmap falls back on; any other exception is an error and surfaces as it is."""
+
+
 class NonDifferentiableInputError(WengertError, TypeError):
     pass
 

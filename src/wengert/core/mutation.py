@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import LeakedTracerError, WengertError
+from .errors import LeakedTracerError, NeedsLoop, WengertError
 from .trace import Tracer
 
 
@@ -24,8 +24,8 @@ class InPlaceWriteError(WengertError, RuntimeError):
     pass
 
 
-class BatchedInPlaceWriteError(InPlaceWriteError, TypeError):
-    """A write the batched run cannot record (a TypeError, so vmap runs the function once per
+class BatchedInPlaceWriteError(InPlaceWriteError, NeedsLoop):
+    """A write the batched run cannot record (a NeedsLoop, so vmap runs the function once per
     example instead, where the write is under a single transform)."""
 
 

@@ -20,13 +20,11 @@ import string
 
 import numpy as np
 
-from ..core.trace import Tracer
+from ..core.errors import NeedsLoop
+from ..core.trace import Tracer, dtype_of
 from ._registry import PRIMITIVES
 
-
-class NeedsLoop(TypeError):
-    """Raised by a batching rule (or anything on vmap's batched path) that cannot express this case:
-    vmap runs the whole function once per example instead, with a warning."""
+__all__ = ["NeedsLoop"]   # the signal a rule gives (defined in core/errors.py, which core raises too)
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -110,6 +108,15 @@ def concrete(x):
             raise NeedsLoop("a batched value is used as a Python value (if/while, float(), int(), .item())")
         x = x.value
     return x
+
+
+def is_batched(x):
+    """Does ``x`` carry a vmap level's batch axes (a tracer of a level with hidden axes in its chain)?"""
+    while type(x) is Tracer:
+        if x._trace.hidden_axes:
+            return True
+        x = x.value
+    return False
 
 
 def _advanced(i):
@@ -256,7 +263,7 @@ def _gather_index(index, trace):
     into the batched ``x`` that picks example b's indices from example b (take_along_axis-like)."""
     parts = index if type(index) is tuple else (index,)
     for p in parts:
-        if type(p) is Tracer and (p._trace is not trace or np.asarray(p.value).dtype == bool):
+        if type(p) is Tracer and (p._trace is not trace or dtype_of(p.value) == bool):
             raise NeedsLoop("indexing with a batched boolean mask (its size differs per example)"
                             if type(p) is Tracer and p._trace is trace else "indexing with indices batched elsewhere")
     every_advanced = all(type(p) is Tracer or isinstance(p, (np.ndarray, list, int, np.integer)) for p in parts)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.trace import Tracer, unbox
-from ._batching import batched_index, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
+from ._batching import NeedsLoop, batched_index, is_batched, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
 from ._table import defprim, unbroadcast
 from .shape import _is_basic, getitem, index_add, reshape
 
@@ -126,6 +126,8 @@ def has_duplicates(index, shape):
     """True when an advanced ``index`` selects some element more than once."""
     if _is_basic(index):
         return False
+    if any(is_batched(i) for i in (index if type(index) is tuple else (index,))):
+        raise NeedsLoop("indices that differ per example (checked for duplicates one example at a time)")
     flat = np.arange(int(np.prod(shape))).reshape(shape)[index].ravel()
     return len(np.unique(flat)) != len(flat)
 

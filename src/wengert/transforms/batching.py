@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 from ..core import tree
-from ..core.errors import LeakedTracerError, NoDerivativeError
+from ..core.errors import LeakedTracerError
 from ..core.trace import Trace, Tracer, close_level, make_tracer, open_level, open_levels
 from ..primitives._batching import NeedsLoop, broadcast_batch, concrete, pad_batched
 from ..primitives._batching import reshape as _reshape
@@ -133,8 +133,12 @@ def _stack(outs):
 
 def _loop(prim, vals, batched, params, size):
     outs = [prim(*[_take(v, i, b) for v, b in zip(vals, batched)], **params) for i in range(size)]
+    pieces = list(zip(*outs)) if prim.multiple_results else [outs]
+    for piece in pieces:
+        if any(_shape(o) != _shape(piece[0]) for o in piece):
+            raise NeedsLoop(f"{prim.name} gives results of different shapes per example")
     if prim.multiple_results:
-        return tuple(_stack([o[k] for o in outs]) for k in range(len(outs[0])))
+        return tuple(_stack(list(piece)) for piece in pieces)
     return _stack(outs)
 
 
@@ -453,19 +457,14 @@ def vmap(f, in_axes=0, out_axes=0):
         if FUSE and fusing[0] and top is not None and top.hidden_axes and top.alive and _fusable(flat, top):
             try:
                 return _run_fused(f, flat, size, out_axes, top)
-            except (_Unfuse, NeedsLoop, TypeError, ValueError, IndexError, NotImplementedError,
-                    NoDerivativeError):
-                # the unfused run below gives the same answer, or the same error or warning; later
-                # calls go there directly instead of running f twice
+            except (_Unfuse, NeedsLoop):
+                # the unfused run below gives the same answer, or the same warning; later calls go
+                # there directly instead of running f twice
                 fusing[0] = False
         try:
             return _run_batched(f, flat, size, out_axes)
-        except NeedsLoop as e:
+        except NeedsLoop as e:   # a rule said so; any other error is a bug and surfaces
             reason = str(e)
-        except (TypeError, ValueError, IndexError, NotImplementedError, NoDerivativeError) as e:
-            # something on the batched path does not know about batch tracers (an error, never a
-            # wrong value): the per-example run either works or raises the user's own error
-            reason = f"the batched run failed ({type(e).__name__}: {e})"
         warnings.warn(f"vmap: {reason}; running {getattr(f, '__name__', 'f')} once per example "
                       f"(a Python loop over {size})", stacklevel=2)
         return _run_loop(f, flat, size, out_axes)

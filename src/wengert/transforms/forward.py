@@ -373,7 +373,7 @@ def _batched(fn, basis, n):
     flat = [([basis], [0], tree.LEAF)]
     try:
         return batching._run_batched(fn, flat, n, 0)
-    except (batching.NeedsLoop, TypeError, ValueError, IndexError, NotImplementedError, NoDerivativeError):
+    except batching.NeedsLoop:
         return batching._run_loop(fn, flat, n, 0)
 
 
