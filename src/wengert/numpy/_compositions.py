@@ -18,6 +18,7 @@ import numpy as np
 from ..core.trace import Tracer, dtype_of, unbox
 from ..primitives import elementwise as E
 from ..primitives import scatter as _scatter
+from ..primitives._batching import NeedsLoop as _NeedsLoop
 from ..primitives._table import constant, elementwise_constant, nondiff, unbox_all
 from . import _functions as F
 from ._functions import traceable
@@ -548,7 +549,7 @@ def piecewise(x, condlist, funclist, *args, **kw):
         condlist = [condlist]
     conditions = [unbox_all(c) for c in condlist]
     if builtins.any(type(c) is Tracer for c in conditions):  # batched by vmap
-        raise TypeError("piecewise: conditions that differ per example select different elements in each "
+        raise _NeedsLoop("piecewise: conditions that differ per example select different elements in each "
                         "example, so each example is computed on its own")
     conditions = [np.broadcast_to(np.asarray(c, dtype=bool), _shape(x)) for c in conditions]
     if len(funclist) == len(conditions) + 1:  # the last function covers where no condition holds
@@ -953,7 +954,7 @@ def trim_zeros(filt, trim="fb", axis=None):
     if _ndim(filt) != 1:
         raise NotImplementedError("wengert.numpy.trim_zeros: only 1-D arrays on traced values")
     if type(unbox_all(filt)) is Tracer:  # batched by vmap
-        raise TypeError("trim_zeros: the trimmed length depends on each example's values, so each example "
+        raise _NeedsLoop("trim_zeros: the trimmed length depends on each example's values, so each example "
                         "is computed on its own")
     nonzero = np.flatnonzero(unbox(filt))
     if nonzero.size == 0:
@@ -1036,7 +1037,7 @@ def polydiv(u, v):
     trimmed as NumPy trims them (read from the values)."""
     u, v = F.atleast_1d(_operand(u)) + 0.0, F.atleast_1d(_operand(v)) + 0.0
     if type(unbox_all(u)) is Tracer or type(unbox_all(v)) is Tracer:  # batched by vmap
-        raise TypeError("polydiv: the remainder's length depends on each example's values, so each example "
+        raise _NeedsLoop("polydiv: the remainder's length depends on each example's values, so each example "
                         "is computed on its own")
     m, n = _shape(u)[0] - 1, _shape(v)[0] - 1
     scale = 1.0 / v[0]
@@ -1059,7 +1060,7 @@ def roots(p):
     if _ndim(p) != 1:
         raise ValueError("Input must be a rank-1 array.")
     if type(unbox_all(p)) is Tracer:  # batched by vmap
-        raise TypeError("roots: how many roots there are depends on each example's zero coefficients, so "
+        raise _NeedsLoop("roots: how many roots there are depends on each example's zero coefficients, so "
                         "each example is computed on its own")
     nonzero = np.flatnonzero(unbox(p))
     if len(nonzero) == 0:
@@ -1174,7 +1175,7 @@ def _set_operation(np_fn, name, arrays, *args, **kwargs):
     """NumPy's answer, its values read from the traced inputs at their first occurrences."""
     arrays = [_operand(a) for a in arrays]
     if builtins.any(type(unbox_all(a)) is Tracer for a in arrays):  # batched by vmap
-        raise TypeError(f"{name}: the result's size depends on each example's values, so each example is "
+        raise _NeedsLoop(f"{name}: the result's size depends on each example's values, so each example is "
                         "computed on its own")
     plain = [unbox(a) for a in arrays]
     result = np_fn(*plain, *args, **kwargs)
@@ -1254,7 +1255,7 @@ def histogramdd(sample, bins=10, range=None, density=None, weights=None):  # noq
         sample = F.reshape(sample, (-1, 1)) if _ndim(sample) == 1 else sample
         columns = [sample[:, i] for i in builtins.range(_shape(sample)[1])]
     if builtins.any(type(unbox_all(column)) is Tracer for column in columns):  # batched by vmap
-        raise TypeError("histogramdd returns a tuple of counts and edges: each example is computed on its own")
+        raise _NeedsLoop("histogramdd returns a tuple of counts and edges: each example is computed on its own")
     hist, _ = _histogramdd_plain(sample, bins, range, density, weights)
     dims = len(columns)
     try:
