@@ -21,6 +21,7 @@ from .transforms.forward import hessian, hvp, jacfwd, jacrev, jvp, linearize
 from .transforms.batching import vmap
 from .transforms.custom import CustomGradientError, custom_vjp, op
 from .transforms.extras import checkpoint, elementwise_grad, stop_gradient
+from .transforms.jit import ConcretizationError, jit
 from . import flatten_util  # noqa: F401
 from . import nn, rewrites  # noqa: F401  (rewrites: log of known compositions records the fused op)
 from .config import config
@@ -35,4 +36,5 @@ __all__ = [
     "custom_vjp", "op", "CustomGradientError", "config", "nn",
     "elementwise_grad", "checkpoint", "flatten_util", "stop_gradient",
     "GradientDroppedWarning", "TracerConversionError",
+    "jit", "ConcretizationError",
 ]

@@ -98,6 +98,7 @@ class Trace:
     computes = False
     hidden_axes = 0
     observe = None    # a reverse level being watched operation by operation (see ReverseTrace)
+    staged = False   # a jit level: its values are samples, never read for control flow (transforms/jit.py)
 
     def __init__(self):
         self.level = 0

@@ -106,6 +106,8 @@ def concrete(x):
     while type(x) is Tracer:
         if x._trace.hidden_axes:
             raise NeedsLoop("a batched value is used as a Python value (if/while, float(), int(), .item())")
+        if x._trace.staged:
+            x._trace.refuse_concrete()  # under jit: raises, naming the user's line (transforms/jit.py)
         x = x.value
     return x
 

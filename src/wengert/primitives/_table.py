@@ -11,6 +11,7 @@ import numpy as np
 from ..core.trace import Primitive, Tracer, hiding_levels, unbox
 from ._batching import batch_elementwise
 from ._registry import PRIMITIVES
+STAGING = [None]   # set by jit (transforms/jit.py) while it stages: nondiff's hook for staged values
 
 
 def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=False, batch=None, *,
@@ -60,8 +61,10 @@ def unbox_all(x):
     """Strip tracers from ``x`` and from inside lists and tuples (for non-differentiable calls)."""
     t = type(x)
     if t is Tracer:
-        if hiding_levels():  # inside vmap: keep the batch levels (see transforms/batching.py)
-            while type(x) is Tracer and not x._trace.hidden_axes:
+        if hiding_levels() or STAGING[0] is not None:
+            # inside vmap or jit: keep the batch and staging levels, whose values are not one
+            # example's (vmap) or are only this trace's sample (jit: see transforms/jit.py)
+            while type(x) is Tracer and not x._trace.hidden_axes and not x._trace.staged:
                 x = x.value
             return x
         return unbox(x)
@@ -106,6 +109,10 @@ def nondiff(fn):
             out = hiding[-1].nondiff(call, fn, args, kwargs)
             if out is not None:
                 return out
+        if STAGING[0] is not None:  # under jit: a staged value's result is computed by the program
+            out = STAGING[0](call, fn, args, kwargs)
+            if out is not None:
+                return out
         return fn(*[unbox_all(a) for a in args], **{k: unbox_all(v) for k, v in kwargs.items()})
 
     call.__name__ = getattr(fn, "__name__", "nondiff")
@@ -114,6 +121,16 @@ def nondiff(fn):
     call.__wrapped__ = fn
     call.nondiff = True
     return call
+
+
+def staged(x):
+    """Is ``x`` (at any level) a value staged by ``wg.jit``? Its value is then only the trace's
+    sample: a rule must not branch on it (the program is replayed on other inputs)."""
+    while type(x) is Tracer:
+        if x._trace.staged:
+            return True
+        x = x.value
+    return False
 
 
 def unbroadcast(g, x):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core.trace import Tracer, unbox
 from ._batching import elementwise_rule, unary_rule
-from ._table import defprim, elementwise_constant
+from ._table import defprim, elementwise_constant, staged
 
 
 def _is_complex(x):
@@ -70,7 +70,7 @@ def real_part(g):
 def _nonzero(a):
     """``a`` with its zeros replaced by ones (a constant selection): at ``z == 0`` the derivative
     ``conj(z) / |z|`` of ``|z|`` is taken as 0, as ``sign(0) = 0`` makes it for reals (and as JAX)."""
-    if np.any(unbox(a) == 0):  # the whole batch under vmap: the mask below is per example
+    if staged(a) or np.any(unbox(a) == 0):  # the whole batch under vmap: the mask below is per example
         from .elementwise import where
         return where(_is_zero(a), 1, a)
     return a

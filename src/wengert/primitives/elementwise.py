@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.trace import unbox
 from ._batching import elementwise_rule
-from ._table import defprim, defunary, elementwise_constant, unbroadcast
+from ._table import defprim, defunary, elementwise_constant, staged, unbroadcast
 from . import complex as _complex
 
 LN2 = np.log(2.0)
@@ -97,9 +97,10 @@ def _power_slope(pow_, x, y):
             return 0 * x
         return y * pow_(x, y - 1)
     # the checks read the whole batch under vmap: the masked formula is right for every example
-    if np.any(unbox(y) == 0):  # cheap for the usual scalar exponent
+    # (under jit a staged value is only a sample: the masked formula, right for every input)
+    if staged(y) or np.any(unbox(y) == 0):  # cheap for the usual scalar exponent
         both_zero = _both_zero(x, y)
-        if np.any(unbox(both_zero)):
+        if staged(both_zero) or np.any(unbox(both_zero)):
             return y * pow_(x, where(both_zero, 1, y) - 1)
     return y * pow_(x, y - 1)
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core.trace import Tracer, unbox
 from ._batching import one_batch_axis
-from ._table import constant, defprim, elementwise_constant, unbroadcast
+from ._table import constant, defprim, elementwise_constant, staged, unbroadcast
 from .contractions import matmul
 from .complex import conj, imag, real
 from .elementwise import absolute, power, where
@@ -229,6 +229,8 @@ def _cofactors(x):
 def _det_inverse(x):
     """inv(x), or None where x is singular or so ill-conditioned (cond_1 above 1/sqrt(eps)) that
     det(x) x^-1 would be a tiny number times a huge one: the cofactors then come from the SVD."""
+    if staged(x):  # under jit the program meets every x: the cofactors, right for all of them
+        return None
     try:
         x_inv = inv(x)
     except np.linalg.LinAlgError:

@@ -31,7 +31,7 @@ from . import reductions as R
 from . import shape as S
 from . import _batching as B
 from ._batching import axis_rule, one_batch_axis
-from ._table import constant, defprim, defunary, elementwise_constant, unbroadcast
+from ._table import constant, defprim, defunary, elementwise_constant, staged, unbroadcast
 
 try:  # SciPy's erf is vectorized; without SciPy, math.erf element by element (slower)
     from scipy.special import erf as _np_erf
@@ -655,7 +655,7 @@ def _exceeds(n, eps):
 
 def _all(mask):
     """Does ``mask`` hold everywhere? (Under vmap, in every example: the check only skips a no-op.)"""
-    return bool(np.all(unbox(mask)))
+    return not staged(mask) and bool(np.all(unbox(mask)))  # under jit: never skipped
 
 
 def _unit_vjp(g, y, n, inside, axis):

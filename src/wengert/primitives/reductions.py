@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.trace import Tracer, unbox
 from ._batching import reduction_rule, scan_rule
-from ._table import defprim, elementwise_constant, nondiff
+from ._table import defprim, elementwise_constant, nondiff, staged
 from . import shape as sh
 from .elementwise import where
 from .shape import astype, broadcast_to, concatenate, flip, getitem, reshape
@@ -210,7 +210,7 @@ def _prod_jvp(t, ans, x, axis=None, keepdims=False):
     plain = unbox(x)  # the whole batch under vmap: the zero-safe products are right for all examples
     if not plain.size:
         return None
-    if np.abs(plain).min() >= np.finfo(plain.dtype).tiny:
+    if not staged(x) and np.abs(plain).min() >= np.finfo(plain.dtype).tiny:  # jit: the general one
         return ans * sum_(t / x, axis=axis, keepdims=keepdims)
     return sum_(t * _others(x, axis), axis=axis, keepdims=keepdims)
 
@@ -241,12 +241,14 @@ def _cumprod_vjp(g, ans, x, axis):
     """sum_{k>=j} g_k ans_k / x_j where x_j != 0. At a zero x_j that division is 0/0, so the
     product without x_j is recomputed: one O(n) cumprod per zero rank along the axis (the m-th
     zeros of all lanes together). Written with wengert ops, so it can be differentiated again."""
-    if not np.any(unbox(x) == 0):  # the whole batch under vmap
+    if not staged(x) and not np.any(unbox(x) == 0):  # the whole batch under vmap
         return _reverse_cumsum(g * ans, axis) / x
     zero = _is_zero(x)
     out = where(zero, 0, _reverse_cumsum(g * ans, axis) / where(zero, 1, x))
     rank = _lane_rank(cumsum(zero, axis=axis), zero)
-    for m in range(1, int(np.max(unbox(rank))) + 1):  # the batch's most zeros in a lane
+    # the batch's most zeros in a lane; under jit, any number up to the lane's length
+    most = _shape(x)[axis] if staged(x) else int(np.max(unbox(rank)))
+    for m in range(1, most + 1):
         at = _equal(rank, m)
         out = out + where(at, _reverse_cumsum(g * cumprod(where(at, 1, x), axis=axis), axis), 0)
     return out
@@ -257,7 +259,7 @@ def _cumprod_jvp(t, ans, x, axis):
     term is t_z times the other factors: the cumprod with x_z replaced by t_z (0 after a second
     zero). A subnormal x_z (1/x_z overflows) is taken as a zero: the terms dropped are O(x_z)."""
     plain = unbox(x)  # the whole batch under vmap: the masked formula is right for all examples
-    if not (np.abs(plain) < np.finfo(plain.dtype).tiny).any():
+    if not staged(x) and not (np.abs(plain) < np.finfo(plain.dtype).tiny).any():
         return ans * cumsum(t / x, axis=axis)
     small = _subnormal(x)
     seen = cumsum(small, axis=axis)

@@ -121,16 +121,17 @@ def _getitem_vjp(g, ans, x, index):
     if type(g) is Tracer:
         return index_add(np.zeros(x.shape, x.dtype), g, index=index)
     level = _batch_level_of(index)
-    if level is not None:   # inside vmap, indices that differ per example: that level scatters
+    if level is not None:   # indices that differ per example (vmap) or per call (jit): that level scatters
         zeros = np.zeros(x.shape, x.dtype)
         return level.process(index_add, (zeros, g), [zeros, g], (), {"index": index})
     return indexed_cotangent(index, g, x.shape, x.dtype)
 
 
 def _batch_level_of(index):
-    """The vmap level of an index that differs per example (a batched tracer in it), or None."""
+    """The vmap level of an index that differs per example (a batched tracer in it), or the jit
+    staging level of an index computed by the staged program; None for a plain index."""
     for i in (index if type(index) is tuple else (index,)):
-        if type(i) is Tracer and i._trace.hidden_axes:
+        if type(i) is Tracer and (i._trace.hidden_axes or i._trace.staged):
             return i._trace
     return None
 

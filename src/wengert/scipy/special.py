@@ -14,7 +14,7 @@ from ..core.errors import NoDerivativeError
 from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
 from ..primitives import elementwise as E
-from ..primitives._table import batch_elementwise, defprim, defunary, elementwise_constant, nondiff, unbroadcast
+from ..primitives._table import batch_elementwise, defprim, defunary, elementwise_constant, nondiff, staged, unbroadcast
 
 __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", "betaln",
            "erf", "erfc", "erfinv", "erfcinv", "ndtr", "ndtri", "log_ndtr", "expit", "logit",
@@ -83,6 +83,9 @@ def polygamma(n, x):
         return _polygamma(x, n=int(n_arr))
     # an array of orders (or orders that vary over a vmap batch): one call per distinct order,
     # selected elementwise
+    if staged(n_arr):
+        raise TypeError("scipy.special.polygamma: under wg.jit the orders n must be known when the program "
+                        "is traced (one SciPy call per distinct order): mark n static (static_argnums)")
     out = 0.0
     for k in np.unique(unbox(n_arr)):
         out = F.where(n_arr == k, _polygamma(x, n=int(k)), out)

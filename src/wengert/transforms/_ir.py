@@ -1,0 +1,300 @@
+"""The program ``wg.jit`` stages: variables, equations, the passes over them, and the Python code
+they become.
+
+A :class:`Program` is a Wengert list with names: each :class:`Eqn` applies one primitive (or one
+value-reading NumPy function, see transforms/jit.py) to operands that are variables of earlier
+equations or constants, with the primitive's keyword parameters, and defines one variable per
+result. Variables carry the shape and dtype they had when the program was traced; every program
+is cached per signature (leaf shapes and dtypes), so those are the shapes it always sees.
+
+The passes are plain functions from program to program (dead-code and common-subexpression
+elimination). :func:`generate` writes one line of Python per equation (the primitive's NumPy
+implementation called on local variables) and compiles it once: at run time there are no tracers,
+no tape and no rule lookups, only the NumPy calls the gradient needs.
+"""
+from __future__ import annotations
+
+import builtins
+import keyword
+import linecache
+import os
+import re
+
+import numpy as np
+
+
+class Var:
+    """A value of the program: defined once, by an input or an equation."""
+
+    __slots__ = ("id", "shape", "dtype")
+
+    def __init__(self, id, shape, dtype):  # noqa: A002 - the variable's number
+        self.id = id
+        self.shape = shape
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"v{self.id}"
+
+
+class Eqn:
+    """``outs = prim.impl(*args, **params)``. ``args`` and ``params`` hold Vars, constants, and
+    tuples/lists/slices of them (an index computed by the program is a parameter holding Vars);
+    ``uses`` lists every Var read; ``source`` is (filename, line, note) of the user's code."""
+
+    __slots__ = ("prim", "args", "params", "outs", "uses", "source")
+
+    def __init__(self, prim, args, params, outs, uses, source):
+        self.prim = prim
+        self.args = args
+        self.params = params
+        self.outs = outs
+        self.uses = uses
+        self.source = source
+
+
+class Program:
+    """Inputs (Vars, the flattened dynamic arguments), equations in order, outputs (Vars or
+    constants, the flattened result)."""
+
+    __slots__ = ("inputs", "eqns", "outputs")
+
+    def __init__(self, inputs, eqns, outputs):
+        self.inputs = inputs
+        self.eqns = eqns
+        self.outputs = outputs
+
+
+# --- walking operands ------------------------------------------------------------------------------
+def substitute(x, rename):
+    """``x`` with Vars replaced through ``rename`` (id -> Var), containers rebuilt as needed."""
+    t = type(x)
+    if t is Var:
+        return rename.get(x.id, x)
+    if t is tuple or t is list:
+        return t(substitute(v, rename) for v in x)
+    if t is slice:
+        return slice(substitute(x.start, rename), substitute(x.stop, rename), substitute(x.step, rename))
+    return x
+
+
+# --- passes --------------------------------------------------------------------------------------
+def dce(program):
+    """Keep only the equations whose results reach an output."""
+    live = {v.id for v in program.outputs if type(v) is Var}
+    kept = []
+    for eqn in reversed(program.eqns):
+        for o in eqn.outs:
+            if o.id in live:
+                kept.append(eqn)
+                live.update(v.id for v in eqn.uses)
+                break
+    kept.reverse()
+    return Program(program.inputs, kept, program.outputs)
+
+
+class _Unhashable(Exception):
+    """An operand CSE cannot compare by value (a container it does not know): the equation is kept."""
+
+
+def _key(x):
+    """A hashable key that is equal exactly when two operands are the same (constants by identity
+    for arrays and other objects, by type and value for Python scalars)."""
+    t = type(x)
+    if t is Var:
+        return ("v", x.id)
+    if t is int or t is float or t is bool or t is str or t is complex or x is None or x is Ellipsis:
+        return (t, x) if not (t is float and x != x) else ("nan",)
+    if t is tuple or t is list:
+        return (t, tuple(_key(v) for v in x))
+    if t is slice:
+        return ("slice", _key(x.start), _key(x.stop), _key(x.step))
+    if t is dict:
+        return ("dict", tuple((k, _key(v)) for k, v in sorted(x.items())))
+    if isinstance(x, (np.ndarray, np.generic, np.dtype, type)) or callable(x):
+        return ("id", id(x))
+    raise _Unhashable
+
+
+def cse(program):
+    """Compute each (primitive, operands, parameters) once: the same column read twice, the same
+    rule constant made in two backward steps. Every primitive is a pure function of its operands."""
+    rename = {}
+    seen = {}
+    kept = []
+    for eqn in program.eqns:
+        if rename and any(v.id in rename for v in eqn.uses):
+            eqn = Eqn(eqn.prim, substitute(eqn.args, rename), {k: substitute(v, rename) for k, v in eqn.params.items()},
+                      eqn.outs, tuple(rename.get(v.id, v) for v in eqn.uses), eqn.source)
+        try:
+            key = (id(eqn.prim), _key(eqn.args), _key(eqn.params))
+        except _Unhashable:
+            kept.append(eqn)
+            continue
+        first = seen.get(key)
+        if first is None:
+            seen[key] = eqn
+            kept.append(eqn)
+        else:
+            for o, f in zip(eqn.outs, first.outs):
+                rename[o.id] = f
+    outputs = [substitute(v, rename) for v in program.outputs]
+    return Program(program.inputs, kept, outputs)
+
+
+def optimize(program):
+    return dce(cse(dce(program)))
+
+
+# --- code generation -----------------------------------------------------------------------------
+_SAFE = re.compile(r"[^0-9a-zA-Z_]")
+_TAKEN = re.compile(r"^(v|c)\d+$")
+
+
+class _Names:
+    """Names in the generated module: one per implementation and per constant, in order of use."""
+
+    def __init__(self):
+        self.namespace = {}
+        self._by_id = {}
+
+    def function(self, fn, name):
+        known = self._by_id.get(id(fn))
+        if known is not None:
+            return known
+        base = _SAFE.sub("_", name) or "f"
+        if base[0].isdigit() or keyword.iskeyword(base) or hasattr(builtins, base) or _TAKEN.match(base):
+            base = "_" + base
+        name, k = base, 1
+        while name in self.namespace:
+            k += 1
+            name = f"{base}_{k}"
+        self.namespace[name] = fn
+        self._by_id[id(fn)] = name
+        return name
+
+    def constant(self, value):
+        known = self._by_id.get(id(value))
+        if known is not None:
+            return known
+        name = f"c{len(self._by_id)}"
+        self.namespace[name] = value
+        self._by_id[id(value)] = name
+        return name
+
+
+def _literal(x, names, var_names):
+    t = type(x)
+    if t is Var:
+        return var_names[x.id]
+    if x is None or t is bool or t is int or t is str:
+        return repr(x)
+    if x is Ellipsis:
+        return "..."
+    if t is float:
+        return repr(x) if np.isfinite(x) else names.constant(x)
+    if t is complex:
+        return repr(x) if np.isfinite(x) else names.constant(x)
+    if t is tuple:
+        inner = ", ".join(_literal(v, names, var_names) for v in x)
+        return f"({inner},)" if len(x) == 1 else f"({inner})"
+    if t is list:
+        return "[" + ", ".join(_literal(v, names, var_names) for v in x) + "]"
+    if t is slice:
+        return "slice(" + ", ".join(_literal(v, names, var_names) for v in (x.start, x.stop, x.step)) + ")"
+    return names.constant(x)
+
+
+def _index_literal(index, names, var_names):
+    """``x[...]`` written as Python writes it: ``v3[:, 2]``."""
+    parts = index if type(index) is tuple else (index,)
+    out = []
+    for i in parts:
+        if type(i) is slice:
+            out.append(":".join("" if v is None else _literal(v, names, var_names)
+                                for v in ((i.start, i.stop) if i.step is None else (i.start, i.stop, i.step))))
+        else:
+            out.append(_literal(i, names, var_names))
+    if type(index) is tuple and len(index) == 1:
+        return out[0] + ","
+    return ", ".join(out) if out else "()"
+
+
+def _comment(source):
+    if source is None:
+        return ""
+    filename, line, note = source
+    text = linecache.getline(filename, line).strip() if filename else ""
+    if len(text) > 70:
+        text = text[:67] + "..."
+    where = f"{os.path.basename(filename)}:{line}  {text}" if filename else ""
+    parts = [part for part in (note, where) if part]
+    return "  # " + "; ".join(parts) if parts else ""
+
+
+def generate(program, getitem, name="program"):
+    """Python source of ``program`` and the namespace it runs in: one line per equation.
+
+    A variable is deleted after its last use (``del`` on the same line), so intermediates are
+    freed as the program goes, as the eager backward pass frees its tape. ``getitem`` (the
+    indexing primitive) is written as Python subscription.
+    """
+    names = _Names()
+    var_names = {}
+    for k, v in enumerate(program.inputs):
+        var_names[v.id] = f"x{k}"
+    counter = 0
+    last_use = {}
+    for k, eqn in enumerate(program.eqns):
+        for v in eqn.uses:
+            last_use[v.id] = k
+    for v in program.outputs:
+        if type(v) is Var:
+            last_use[v.id] = len(program.eqns)
+    lines = [f"def {name}({', '.join(var_names[v.id] for v in program.inputs)}):"]
+    for k, eqn in enumerate(program.eqns):
+        prim = eqn.prim
+        if prim is getitem:
+            rhs = f"{_literal(eqn.args[0], names, var_names)}[{_index_literal(eqn.params['index'], names, var_names)}]"
+        else:
+            fn = names.function(prim.impl, prim.name)
+            parts = [_literal(a, names, var_names) for a in eqn.args]
+            parts += [f"{key}={_literal(value, names, var_names)}" for key, value in eqn.params.items()]
+            rhs = f"{fn}({', '.join(parts)})"
+        targets = []
+        for o in eqn.outs:
+            if o.id in last_use:
+                var_names[o.id] = f"v{counter}"
+                counter += 1
+                targets.append(var_names[o.id])
+            else:
+                targets.append("_")
+        if prim.multiple_results:
+            lhs = ", ".join(targets) + ("," if len(targets) == 1 else "")
+        else:
+            lhs = targets[0]
+        dead = sorted({v.id for v in eqn.uses if last_use.get(v.id) == k}, key=lambda i: var_names[i])
+        stmt = f"{lhs} = {rhs}"
+        if dead:
+            stmt += "; del " + ", ".join(var_names[i] for i in dead)
+        lines.append("    " + stmt + _comment(eqn.source))
+    outs = []
+    for v in program.outputs:
+        if type(v) is Var:
+            outs.append(var_names[v.id])
+        elif isinstance(v, np.ndarray):
+            outs.append(f"{names.constant(v)}.copy()")  # a fresh array per call, as eager returns
+        else:
+            outs.append(_literal(v, names, var_names))
+    lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    return "\n".join(lines) + "\n", names.namespace
+
+
+def compile_program(text, namespace, name="program"):
+    """The generated function; its source is registered with linecache so tracebacks show it."""
+    filename = f"<wg.jit {name} {id(text):x}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    code = compile(text, filename, "exec")
+    scope = dict(namespace)
+    exec(code, scope)  # noqa: S102 - our own generated source
+    return scope[name], filename

@@ -1,0 +1,487 @@
+"""``wg.jit``: stage a function once per signature, run it as straight-line NumPy, print it.
+
+The fourth interpreter over the primitive table (after recording, forward mode and vmap). A jit
+opens a :class:`StagingTrace`, a trace level whose ``process`` appends one equation (primitive,
+operands, parameters, results) to a program (transforms/_ir.py) and computes the result on the
+trace's sample values, so shapes, dtypes and the rules that need values have them. Transforms
+opened inside the jitted function (``grad``, ``jvp``, ``vmap``) are levels above it: their
+operations, and the VJP and JVP rules they run, are wengert operations on staged values, so the
+forward and the backward pass land in one program. The program is optimized (dead code, common
+subexpressions), written out as one line of Python per equation and compiled; later calls with the
+same signature (pytree structure, leaf types, shapes and dtypes, static arguments) run it directly.
+
+A staged value is only a sample: Python control flow on it (``if``, ``float()``, ``.item()``)
+would bake one branch into a program replayed on other inputs, so it raises, naming the line.
+Functions without a derivative (comparisons, masks, argmax) read values; under jit they are
+staged too (``nondiff``'s hook), so a mask is recomputed for every input.
+
+Called while another transform is open (inside ``grad``, ``vmap``, another ``jit``), a jitted
+function runs inline: its operations belong to the enclosing levels.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import linecache
+import os
+import re
+import sys
+
+import numpy as np
+
+from ..core import backward as _backward
+from ..core import tree
+from ..core.errors import LeakedTracerError, TracerConversionError
+from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
+from ..core.trace import (Primitive, Trace, Tracer, close_level, collector_paused, make_tracer, open_level,
+                          open_levels)
+from ..primitives import _table
+from ..primitives.scatter import scatter_set
+from ..primitives.shape import getitem
+from . import _ir
+
+# --- coupling to core's interpreter stack (the one place to adapt when it changes) ---------------
+def _levels_open():
+    """Is any transform level open in this thread (so a jitted function called now runs inline)?"""
+    return bool(open_levels())
+
+
+def _open_staging_level():
+    return open_level(StagingTrace())
+
+
+def _close_staging_level(trace):
+    close_level(trace)
+# -------------------------------------------------------------------------------------------------
+
+
+class ConcretizationError(TracerConversionError):
+    """A value staged by jit was used as a Python value (bool, int, float, index)."""
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NUMPY = os.path.dirname(os.path.abspath(np.__file__))
+_INTERNAL = {}
+
+
+def _internal(code):
+    known = _INTERNAL.get(code)
+    if known is None:
+        name = code.co_filename
+        known = _INTERNAL[code] = name.startswith(_PACKAGE) or name.startswith(_NUMPY) or name.startswith("<frozen")
+    return known
+
+
+_BACKWARD_CODE = _backward.backward.__code__  # its frame's ``prim``: whose VJP rule is running
+
+
+def _user_frame(trace):
+    """(filename, line, note) of the innermost caller outside wengert and NumPy. Reached through a
+    backward pass, it is the line of the forward operation whose VJP rule is running, and the note
+    names that primitive."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if not _internal(code):
+            return code.co_filename, frame.f_lineno, None
+        if code is _BACKWARD_CODE:
+            local = frame.f_locals
+            prim = local.get("prim")
+            if prim is not None:
+                for value in (local.get("ans"), *(local.get("args") or ())):
+                    while type(value) is Tracer:
+                        if value._trace is trace and trace.sources[value.index] is not None:
+                            filename, line, _ = trace.sources[value.index]
+                            return filename, line, f"backward of {prim.name}"
+                        value = value.value
+                return None, 0, f"backward of {prim.name}"
+        frame = frame.f_back
+    return None
+
+
+class StagingTrace(Trace):
+    """A jit level: its tracers' values are trace-time samples; operations become equations.
+
+    It ``computes`` (bind hands it every operation) and keeps no tape, so Buffers and ``x[idx] = v``
+    update functionally (``write``), as on a forward-mode level.
+    """
+
+    __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written")
+    computes = staged = True
+
+    def __init__(self):
+        super().__init__()
+        self.inputs = []      # the input arrays: in-place writes into them are refused
+        self.written = None   # id(base array) -> the variable of its latest in-place write
+        self.guard = _process_instead
+        self.eqns = []
+        self.vars = []
+        self.sources = []  # per variable: where the equation that defined it was staged
+        self.program_inputs = []
+
+    # -- values and variables --
+    def new_var(self, value):
+        dtype = getattr(value, "dtype", None)
+        if dtype is None:
+            dtype = np.asarray(value).dtype
+        var = _ir.Var(len(self.vars), np.shape(value), dtype)
+        self.vars.append(var)
+        self.sources.append(None)
+        return var
+
+    def wrap(self, value, var):
+        return make_tracer(value, self, var.id)
+
+    def new_input(self, value):
+        var = self.new_var(value)
+        self.program_inputs.append(var)
+        self.inputs.append(value)
+        return self.wrap(value, var)
+
+    def _split(self, x, uses):
+        """(operand, value) of ``x``: a staged tracer is its Var and its sample."""
+        t = type(x)
+        if t is Tracer:
+            if x._trace is not self:
+                if x._trace.staged:
+                    raise LeakedTracerError("a value of another jit")
+                raise AssertionError("jit staged a value of an enclosing transform")  # inline instead
+            var = self.vars[x.index]
+            uses.append(var)
+            return var, x.value
+        if t is tuple or t is list:
+            if not any(type(v) is Tracer or type(v) is tuple or type(v) is list or type(v) is slice for v in x):
+                return x, x
+            pairs = [self._split(v, uses) for v in x]
+            return t(p[0] for p in pairs), t(p[1] for p in pairs)
+        if t is slice and (type(x.start) is Tracer or type(x.stop) is Tracer or type(x.step) is Tracer):
+            pairs = [self._split(v, uses) for v in (x.start, x.stop, x.step)]
+            return slice(*(p[0] for p in pairs)), slice(*(p[1] for p in pairs))
+        return x, x
+
+    # -- staging --
+    def process(self, prim, args, vals, parents, params):
+        if not self.alive:
+            raise LeakedTracerError(prim.name)
+        if self.written is not None:
+            check_not_stale(self, args, prim)
+        return self.stage(prim, args, params)
+
+    def stage(self, prim, args, params):
+        """Append ``prim(*args, **params)`` to the program; its result, computed on the samples."""
+        uses = []
+        operands, values = [], []
+        for a in args:
+            op, val = self._split(a, uses)
+            operands.append(op)
+            values.append(val)
+        p_ops, p_vals = params, params
+        if params:
+            for k, v in params.items():
+                if type(v) is Tracer or type(v) is tuple or type(v) is list:
+                    n = len(uses)
+                    op, val = self._split(v, uses)
+                    if len(uses) > n:
+                        if p_ops is params:
+                            p_ops, p_vals = dict(params), dict(params)
+                        p_ops[k], p_vals[k] = op, val
+        if prim is getitem and len(uses) > 1:
+            _refuse_value_dependent_shape(p_ops["index"])
+        ans = prim.impl(*values, **p_vals)
+        if prim.multiple_results:
+            outs = tuple(self.new_var(a) for a in ans)
+            result = tuple(self.wrap(a, o) for a, o in zip(ans, outs))
+        else:
+            outs = (self.new_var(ans),)
+            result = self.wrap(ans, outs[0])
+        source = _user_frame(self)
+        for o in outs:
+            self.sources[o.id] = source
+        self.eqns.append(_ir.Eqn(prim, tuple(operands), p_ops, outs, tuple(uses), source))
+        return result
+
+    # -- in-place writes (functional in the program) --
+    def write(self, x, index, value):
+        """``x[index] = value``: the sample is written in place (NumPy's meaning, so views made
+        earlier are refused when used, see core/mutation.py), the program gets a functional scatter."""
+        memory = root(x.value)
+        refuse_writes_into_inputs(self, memory)
+        if self.written is None:
+            self.written = {}
+        else:
+            check_not_stale(self, (x,), scatter_set)
+        new = self.stage(scatter_set, (x, value), {"index": index})
+        x.value[index] = value.value if type(value) is Tracer else value
+        x.index = new.index
+        self.written[id(memory)] = x.index
+
+    def refuse_concrete(self):
+        where = _user_frame(self)
+        line = ""
+        if where is not None:
+            text = linecache.getline(where[0], where[1]).strip()
+            line = f" at {os.path.basename(where[0])}:{where[1]} ({text})"
+        raise ConcretizationError(
+            f"a value staged by wg.jit is used as a Python value (if/while, bool(), int(), float(), "
+            f".item(), an index){line}. The program is traced once and replayed on other inputs, so "
+            "a branch on this value would be baked in. Mark the argument it comes from static "
+            "(wg.jit(f, static_argnums=...) or static_argnames=...), or compute both branches and "
+            "choose with wnp.where(condition, a, b).")
+
+
+def _process_instead(trace, args, prim):  # pragma: no cover - bind calls ``process`` instead
+    raise AssertionError
+
+
+_VALUE_SHAPED = frozenset(("nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress"))
+
+
+def _refuse_value_dependent_shape(index):
+    for i in index if type(index) is tuple else (index,):
+        if type(i) is _ir.Var and i.dtype == np.bool_:
+            raise ConcretizationError(
+                "x[mask] with a mask computed from staged values: the result's size depends on the "
+                "values, so it cannot be part of a program replayed on other inputs. Use "
+                "wnp.where(mask, x, 0) (and sums over it) instead, or mark the argument static.")
+
+
+# --- functions without a derivative: staged, so masks are recomputed for every input --------------
+_NONDIFF_PRIMS = {}
+
+
+def _nondiff_primitive(fn):
+    prim = _NONDIFF_PRIMS.get(fn)
+    if prim is None:
+        name = getattr(fn, "__name__", "nondiff")
+        prim = _NONDIFF_PRIMS[fn] = Primitive(name, fn)
+    return prim
+
+
+def _staged_in(x):
+    t = type(x)
+    if t is Tracer:
+        while type(x) is Tracer:
+            if x._trace.staged:
+                return x._trace
+            x = x.value
+        return None
+    if t is tuple or t is list:
+        for v in x:
+            found = _staged_in(v)
+            if found is not None:
+                return found
+    return None
+
+
+def _nondiff_staged(call, fn, args, kwargs):
+    """``nondiff``'s hook while jit stages: a value-reading function of staged values is an equation."""
+    trace = None
+    for a in list(args) + list(kwargs.values()):
+        trace = _staged_in(a)
+        if trace is not None:
+            break
+    if trace is None:
+        return None
+    if not trace.alive:
+        raise LeakedTracerError(getattr(fn, "__name__", "a function"))
+    name = getattr(fn, "__name__", "")
+    if name in _VALUE_SHAPED:
+        raise ConcretizationError(
+            f"{name} of a value staged by wg.jit: the size of its result depends on the values, so it "
+            "cannot be part of a program replayed on other inputs. Use wnp.where with a fixed-size "
+            "result, or mark the argument static (static_argnums=...).")
+    args = [_table.unbox_all(a) for a in args]
+    kwargs = {k: _table.unbox_all(v) for k, v in kwargs.items()}
+    return trace.stage(_nondiff_primitive(fn), args, kwargs)
+
+
+# --- the jitted function -------------------------------------------------------------------------
+class Lowered:
+    """The staged program for one signature: ``as_text()`` is the Python that runs."""
+
+    def __init__(self, program, text, fn, out_tree, eqns_traced):
+        self.program = program
+        self.text = text
+        self.fn = fn
+        self.out_tree = out_tree
+        self.eqns_traced = eqns_traced  # before the passes
+
+    def as_text(self):
+        return self.text
+
+    @property
+    def eqns(self):
+        return len(self.program.eqns)
+
+
+def _leaf_key(leaf, where):
+    t = type(leaf)
+    if t is np.ndarray:
+        return (t, leaf.shape, leaf.dtype)
+    if t is float or t is int or t is bool or t is complex:
+        return (t,)
+    if isinstance(leaf, np.generic):
+        return (t, leaf.dtype)
+    if type(leaf) is Tracer:
+        raise LeakedTracerError("jit")
+    raise TypeError(
+        f"jit: {where} is a {t.__name__}, not an array or a number; values that are not arrays must "
+        "be static: wg.jit(f, static_argnums=...) or static_argnames=...")
+
+
+class Jitted:
+    """``wg.jit(f)``: call it like ``f``; ``lower(*args)`` gives the program for those arguments."""
+
+    def __init__(self, f, static_argnums=(), static_argnames=(), donate_argnums=(), cache_size=64):
+        if not callable(f):
+            raise TypeError(f"jit: expected a function, got {type(f).__name__}")
+        self.f = f
+        self.static_argnums = _as_tuple(static_argnums, "static_argnums", int)
+        self.static_argnames = _as_tuple(static_argnames, "static_argnames", str)
+        self.donate_argnums = _as_tuple(donate_argnums, "donate_argnums", int)
+        if cache_size < 1:
+            raise ValueError("jit: cache_size must be at least 1")
+        self.cache_size = cache_size
+        self._cache = collections.OrderedDict()
+        self.traces = 0  # how many times f was traced (a new signature, or a signature evicted)
+        try:
+            self._params = inspect.signature(f).parameters
+        except (TypeError, ValueError):
+            self._params = {}
+        functools.update_wrapper(self, f)
+
+    def _split_args(self, args, kwargs):
+        n = len(args)
+        static = []
+        for i in self.static_argnums:
+            k = i % n if -n <= i < n else None
+            if k is None:
+                raise ValueError(f"jit: static_argnums={self.static_argnums} but {_name(self.f)} was called "
+                                 f"with {n} positional argument(s)")
+            static.append(("arg", k, args[k]))
+        dyn_args = tuple(a for k, a in enumerate(args) if k not in {s[1] for s in static})
+        dyn_kwargs = {}
+        for key in sorted(kwargs):
+            if key in self.static_argnames:
+                static.append(("kw", key, kwargs[key]))
+            else:
+                dyn_kwargs[key] = kwargs[key]
+        for kind, where, value in static:
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(f"jit: the static argument {where!r} of {_name(self.f)} is a "
+                                f"{type(value).__name__}, which is not hashable; static values key the cache, "
+                                "so pass a tuple (not a list) or make the argument non-static") from None
+        return tuple(static), dyn_args, dyn_kwargs
+
+    def _signature(self, args, kwargs):
+        static, dyn_args, dyn_kwargs = self._split_args(args, kwargs)
+        leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
+        keys = tuple(_leaf_key(leaf, "an argument") if type(leaf) is not np.ndarray else (np.ndarray, leaf.shape, leaf.dtype)
+                     for leaf in leaves)
+        return (treedef, keys, static), static, leaves, treedef
+
+    def __call__(self, *args, **kwargs):
+        if _levels_open():
+            return self.f(*args, **kwargs)  # inside another transform: its levels see f's operations
+        key, static, leaves, treedef = self._signature(args, kwargs)
+        cache = self._cache
+        entry = cache.get(key)
+        if entry is None:
+            entry = self._lower(static, leaves, treedef)
+            cache[key] = entry
+            if len(cache) > self.cache_size:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(key)
+        return tree.unflatten(entry.out_tree, entry.fn(*leaves))
+
+    def lower(self, *args, **kwargs):
+        """The program for these arguments (traced now if the cache does not hold it)."""
+        if _levels_open():
+            raise RuntimeError("jit(...).lower is called outside other transforms")
+        key, static, leaves, treedef = self._signature(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._lower(static, leaves, treedef)
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return entry
+
+    def _rebuild(self, static, dyn_args, dyn_kwargs):
+        args = list(dyn_args)
+        kwargs = dict(dyn_kwargs)
+        for kind, where, value in sorted((s for s in static if s[0] == "arg"), key=lambda s: s[1]):
+            args.insert(where, value)
+        for kind, where, value in static:
+            if kind == "kw":
+                kwargs[where] = value
+        return args, kwargs
+
+    def _lower(self, static, leaves, treedef):
+        self.traces += 1
+        trace = _open_staging_level()
+        hook = _table.STAGING
+        previous = hook[0]
+        hook[0] = _nondiff_staged
+        try:
+            with collector_paused():
+                wrapped = [trace.new_input(leaf) for leaf in leaves]
+                dyn_args, dyn_kwargs = tree.unflatten(treedef, wrapped)
+                args, kwargs = self._rebuild(static, dyn_args, dyn_kwargs)
+                out = self.f(*args, **kwargs)
+        finally:
+            hook[0] = previous
+            _close_staging_level(trace)
+        out_leaves, out_tree = tree.flatten(out)
+        outputs = []
+        for leaf in out_leaves:
+            if type(leaf) is Tracer:
+                if leaf._trace is not trace:
+                    raise LeakedTracerError("jit")
+                outputs.append(trace.vars[leaf.index])
+            else:
+                outputs.append(leaf)
+        program = _ir.Program(trace.program_inputs, trace.eqns, outputs)
+        traced = len(program.eqns)
+        program = _ir.optimize(program)
+        name = _SAFE_NAME(getattr(self.f, "__name__", "f"))
+        text, namespace = _ir.generate(program, getitem, name)
+        fn, _ = _ir.compile_program(text, namespace, name)
+        return Lowered(program, text, fn, out_tree, traced)
+
+    def __repr__(self):
+        return f"<wg.jit of {_name(self.f)}>"
+
+
+def _SAFE_NAME(name):
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", name) or "f"
+    return name if not name[0].isdigit() else "f_" + name
+
+
+def _name(f):
+    return getattr(f, "__name__", "f")
+
+
+def _as_tuple(x, what, kind):
+    items = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    for i in items:
+        if not isinstance(i, kind):
+            raise TypeError(f"jit: {what} must be {kind.__name__}s (or a tuple of them), got {x!r}")
+    return items
+
+
+def jit(f=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), cache_size=64):
+    """Stage ``f`` once per signature and run it as straight-line NumPy (see the module docstring).
+
+    ``static_argnums``/``static_argnames`` name arguments whose values (hashable) are part of the
+    signature, as in JAX: Python control flow may depend on them. ``donate_argnums`` is accepted
+    for JAX compatibility (the generated program never writes into its inputs). ``cache_size``
+    bounds the programs kept per function (least recently used are dropped and retraced).
+    """
+    if f is None:
+        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
+                                 donate_argnums=donate_argnums, cache_size=cache_size)
+    return Jitted(f, static_argnums, static_argnames, donate_argnums, cache_size)
