@@ -53,6 +53,10 @@ def _open_staging_level():
 
 def _close_staging_level(trace):
     close_level(trace)
+
+
+# the backward loop's frame: its local ``prim`` names whose VJP rule is running (for the comments)
+_BACKWARD_CODE = _backward._backward.__code__
 # -------------------------------------------------------------------------------------------------
 
 
@@ -73,7 +77,6 @@ def _internal(code):
     return known
 
 
-_BACKWARD_CODE = _backward.backward.__code__  # its frame's ``prim``: whose VJP rule is running
 
 
 def _user_frame(trace):
