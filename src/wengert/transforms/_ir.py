@@ -142,8 +142,21 @@ def cse(program):
     return Program(program.inputs, kept, outputs)
 
 
-def optimize(program):
-    return dce(cse(dce(program)))
+# The passes, by name; benchmarks/jit.py switches them off one at a time to measure each.
+PASSES = {"cse": True, "in_place": True}
+
+
+def optimize(program, prims):
+    """The passes, in order. ``prims``: the primitives the passes know by identity (getitem,
+    scatter_set, index_add, add)."""
+    program = dce(program)
+    if PASSES["cse"]:
+        program = dce(cse(program))
+    if PASSES["in_place"]:
+        program = fold_indexed_adds(program, prims["index_add"], prims["add"])
+        program = hoist_reads(program, prims["scatter_set"], prims["getitem"])
+        program = in_place(program, prims["scatter_set"], prims["index_add"], prims["add"], prims["getitem"])
+    return program
 
 
 # --- code generation -----------------------------------------------------------------------------
@@ -298,3 +311,180 @@ def compile_program(text, namespace, name="program"):
     scope = dict(namespace)
     exec(code, scope)  # noqa: S102 - our own generated source
     return scope[name], filename
+
+
+# --- in-place updates ------------------------------------------------------------------------------
+# A functional update (``scatter_set``: copy, then write; ``index_add``: copy, then add; ``add``) of
+# an array that nothing reads afterwards can write into that array instead: the loop of Buffer
+# writes, and the backward pass's accumulation of many column reads into one cotangent, then cost
+# the elements written, not a copy of the whole array per step. Which arrays may be written is
+# decided by ownership and aliasing: an array is owned when the program made it fresh (a ufunc's
+# result, a copy); any other operation's result may be a view of its operands (getitem, reshape,
+# transpose, ...), so it keeps those buffers alive for as long as it is read.
+
+def _set_in_place(x, v, index):
+    x[index] = v
+    return x
+
+
+def _add_at_in_place(x, v, index):
+    if _basic(index):
+        x[index] += v
+    else:
+        np.add.at(x, index, v)
+    return x
+
+
+def _add_in_place(x, v):
+    return np.add(x, v, out=x)
+
+
+def _basic(index):
+    for i in index if type(index) is tuple else (index,):
+        if not (i is None or i is Ellipsis or type(i) is slice or isinstance(i, (int, np.integer))):
+            return False
+    return True
+
+
+class _InPlace:
+    """A primitive-like record for the generated code (impl and name only)."""
+
+    multiple_results = False
+
+    def __init__(self, name, impl):
+        self.name = name
+        self.impl = impl
+
+
+SET_IN_PLACE = _InPlace("set_in_place", _set_in_place)
+ADD_AT_IN_PLACE = _InPlace("add_at_in_place", _add_at_in_place)
+ADD_IN_PLACE = _InPlace("add_in_place", _add_in_place)
+
+
+def _scalar_read(eqn, getitem):
+    """``x[i, j, k]`` with one int per axis: a NumPy scalar, a copy, never a view."""
+    if eqn.prim is not getitem:
+        return False
+    index = eqn.params["index"]
+    index = index if type(index) is tuple else (index,)
+    base = eqn.args[0]
+    return type(base) is Var and len(index) == len(base.shape) and all(type(i) is int for i in index)
+
+
+def hoist_reads(program, scatter_set, getitem):
+    """Move scalar reads ``y = x[i, j]`` of an array to just before a ``scatter_set`` of that array
+    that precedes them, so the write can happen in place (the backward pass of Buffer writes reads
+    an element, then zeroes it, in the other order)."""
+    eqns = program.eqns
+    users = {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.uses:
+            users.setdefault(v.id, []).append(k)
+    defined_at = {}
+    for k, eqn in enumerate(eqns):
+        for o in eqn.outs:
+            defined_at[o.id] = k
+    moved = {}
+    taken = set()
+    for k, eqn in enumerate(eqns):
+        if eqn.prim is not scatter_set or type(eqn.args[0]) is not Var:
+            continue
+        later = [j for j in users.get(eqn.args[0].id, ()) if j > k]
+        if later and all(_scalar_read(eqns[j], getitem) and j not in taken and
+                         all(defined_at.get(v.id, -1) < k for v in eqns[j].uses) for j in later):
+            moved[k] = later
+            taken.update(later)
+    if not moved:
+        return program
+    order = []
+    for k, eqn in enumerate(eqns):
+        if k in taken:
+            continue
+        for j in moved.get(k, ()):
+            order.append(eqns[j])
+        order.append(eqn)
+    return Program(program.inputs, order, program.outputs)
+
+
+def fold_indexed_adds(program, index_add, add):
+    """``t = index_add(zeros, g, i); s = add(acc, t)`` (t read once) becomes ``s = index_add(acc, g, i)``:
+    the backward pass of a column read adds into the accumulated cotangent, not via a dense zero array."""
+    counts = {}
+    for eqn in program.eqns:
+        for v in eqn.uses:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    for v in program.outputs:
+        if type(v) is Var:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    scattered = {}
+    for eqn in program.eqns:
+        if eqn.prim is index_add and type(eqn.args[0]) is np.ndarray and not eqn.args[0].any() \
+                and counts.get(eqn.outs[0].id) == 1:
+            scattered[eqn.outs[0].id] = eqn
+    if not scattered:
+        return program
+    out = []
+    for eqn in program.eqns:
+        if eqn.prim is add and not eqn.params:
+            a, b = eqn.args
+            result = eqn.outs[0]
+            for acc, t in ((a, b), (b, a)):
+                if type(t) is Var and t.id in scattered and type(acc) is Var and acc is not t \
+                        and acc.shape == result.shape == t.shape and acc.dtype == result.dtype:
+                    src = scattered[t.id]
+                    g = src.args[1]
+                    uses = tuple(v for v in (acc, g) if type(v) is Var) + tuple(
+                        v for v in src.uses if v is not g and v is not src.args[0])
+                    eqn = Eqn(index_add, (acc, g), src.params, eqn.outs, uses, eqn.source or src.source)
+                    break
+        out.append(eqn)
+    return dce(Program(program.inputs, out, program.outputs))
+
+
+def in_place(program, scatter_set, index_add, add, getitem):
+    """Mark the updates that may write into their first operand (see above)."""
+    eqns = program.eqns
+    last = {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.uses:
+            last[v.id] = k
+    end = len(eqns)
+    for v in program.outputs:
+        if type(v) is Var:
+            last[v.id] = end
+    buffers = {}     # var id -> the buffers it may alias (frozenset of buffer ids)
+    buffer_last = {}  # buffer id -> last read of any var aliasing it, among the vars defined so far
+    owned = set()    # var ids whose buffer the program made and may write
+    for v in program.inputs:
+        buffers[v.id] = frozenset((("in", v.id),))
+        buffer_last[("in", v.id)] = max(buffer_last.get(("in", v.id), -1), last.get(v.id, -1))
+    out = []
+    for k, eqn in enumerate(eqns):
+        prim = eqn.prim
+        target = eqn.args[0] if eqn.args else None
+        result = eqn.outs[0]
+        replacement = None
+        if prim is scatter_set or prim is index_add or (prim is add and not eqn.params):
+            if type(target) is Var and target.id in owned and target.shape == result.shape \
+                    and target.dtype == result.dtype and target.shape != () \
+                    and last.get(target.id) == k and all(buffer_last.get(b, -1) <= k for b in buffers[target.id]) \
+                    and not (prim is add and eqn.args[1] is target):
+                replacement = SET_IN_PLACE if prim is scatter_set else ADD_AT_IN_PLACE if prim is index_add else ADD_IN_PLACE
+        if replacement is not None:
+            eqn = Eqn(replacement, eqn.args, eqn.params, eqn.outs, eqn.uses, eqn.source)
+            buffers[result.id] = buffers[target.id]
+            owned.add(result.id)
+        elif isinstance(prim.impl, np.ufunc) or prim is scatter_set or prim is index_add or _scalar_read(eqn, getitem):
+            for o in eqn.outs:
+                buffers[o.id] = frozenset((o.id,))
+                if o.shape != () and not _scalar_read(eqn, getitem):
+                    owned.add(o.id)
+        else:
+            inherited = frozenset().union(*(buffers.get(v.id, frozenset()) for v in eqn.uses))
+            for o in eqn.outs:
+                buffers[o.id] = inherited | {o.id}
+        for o in eqn.outs:
+            for b in buffers[o.id]:
+                buffer_last[b] = max(buffer_last.get(b, -1), last.get(o.id, -1))
+        out.append(eqn)
+    return Program(program.inputs, out, program.outputs)

@@ -27,6 +27,7 @@ import linecache
 import os
 import re
 import sys
+import time
 
 import numpy as np
 
@@ -35,10 +36,11 @@ from ..core import tree
 from ..core.errors import LeakedTracerError, TracerConversionError
 from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
 from ..core.trace import (Primitive, Trace, Tracer, close_level, collector_paused, make_tracer, open_level,
-                          open_levels)
+                          open_levels, unbox)
 from ..primitives import _table
 from ..primitives.scatter import scatter_set
-from ..primitives.shape import getitem
+from ..primitives.elementwise import add
+from ..primitives.shape import getitem, index_add
 from . import _ir
 
 # --- coupling to core's interpreter stack (the one place to adapt when it changes) ---------------
@@ -58,6 +60,9 @@ def _close_staging_level(trace):
 # the backward loop's frame: its local ``prim`` names whose VJP rule is running (for the comments)
 _BACKWARD_CODE = _backward._backward.__code__
 # -------------------------------------------------------------------------------------------------
+
+
+_PRIMS = {"getitem": getitem, "scatter_set": scatter_set, "index_add": index_add, "add": add}
 
 
 class ConcretizationError(TracerConversionError):
@@ -192,6 +197,8 @@ class StagingTrace(Trace):
         if prim is getitem and len(uses) > 1:
             _refuse_value_dependent_shape(p_ops["index"])
         ans = prim.impl(*values, **p_vals)
+        if type(ans) is tuple and not prim.multiple_results and _NONDIFF_PRIMS.get((prim.impl, False)) is prim:
+            prim = _nondiff_primitive(prim.impl, multiple_results=True)  # np.histogram: (counts, edges)
         if prim.multiple_results:
             outs = tuple(self.new_var(a) for a in ans)
             result = tuple(self.wrap(a, o) for a, o in zip(ans, outs))
@@ -237,6 +244,20 @@ def _process_instead(trace, args, prim):  # pragma: no cover - bind calls ``proc
     raise AssertionError
 
 
+_METADATA = frozenset(("shape", "ndim", "size", "result_type", "iscomplexobj", "isrealobj", "isscalar",
+                       "min_scalar_type", "can_cast"))
+
+
+def _sample(x):
+    """``x`` with every tracer replaced by its trace-time value (containers rebuilt)."""
+    t = type(x)
+    if t is Tracer:
+        return unbox(x)
+    if t is tuple or t is list:
+        return t(_sample(v) for v in x)
+    return x
+
+
 _VALUE_SHAPED = frozenset(("nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress"))
 
 
@@ -253,11 +274,12 @@ def _refuse_value_dependent_shape(index):
 _NONDIFF_PRIMS = {}
 
 
-def _nondiff_primitive(fn):
-    prim = _NONDIFF_PRIMS.get(fn)
+def _nondiff_primitive(fn, multiple_results=False):
+    """The primitive that stands for ``fn`` in programs (one returning a tuple: several results)."""
+    prim = _NONDIFF_PRIMS.get((fn, multiple_results))
     if prim is None:
         name = getattr(fn, "__name__", "nondiff")
-        prim = _NONDIFF_PRIMS[fn] = Primitive(name, fn)
+        prim = _NONDIFF_PRIMS[fn, multiple_results] = Primitive(name, fn, multiple_results=multiple_results)
     return prim
 
 
@@ -289,6 +311,8 @@ def _nondiff_staged(call, fn, args, kwargs):
     if not trace.alive:
         raise LeakedTracerError(getattr(fn, "__name__", "a function"))
     name = getattr(fn, "__name__", "")
+    if name in _METADATA:  # a shape or a dtype: the same for every input of this signature
+        return fn(*[_sample(a) for a in args], **{k: _sample(v) for k, v in kwargs.items()})
     if name in _VALUE_SHAPED:
         raise ConcretizationError(
             f"{name} of a value staged by wg.jit: the size of its result depends on the values, so it "
@@ -309,6 +333,7 @@ class Lowered:
         self.fn = fn
         self.out_tree = out_tree
         self.eqns_traced = eqns_traced  # before the passes
+        self.timings = {}  # seconds spent tracing, optimizing, generating and compiling it
 
     def as_text(self):
         return self.text
@@ -425,6 +450,7 @@ class Jitted:
 
     def _lower(self, static, leaves, treedef):
         self.traces += 1
+        t0 = time.perf_counter()
         trace = _open_staging_level()
         hook = _table.STAGING
         previous = hook[0]
@@ -438,6 +464,7 @@ class Jitted:
         finally:
             hook[0] = previous
             _close_staging_level(trace)
+        t1 = time.perf_counter()
         out_leaves, out_tree = tree.flatten(out)
         outputs = []
         for leaf in out_leaves:
@@ -449,11 +476,16 @@ class Jitted:
                 outputs.append(leaf)
         program = _ir.Program(trace.program_inputs, trace.eqns, outputs)
         traced = len(program.eqns)
-        program = _ir.optimize(program)
+        program = _ir.optimize(program, _PRIMS)
+        t2 = time.perf_counter()
         name = _SAFE_NAME(getattr(self.f, "__name__", "f"))
         text, namespace = _ir.generate(program, getitem, name)
+        t3 = time.perf_counter()
         fn, _ = _ir.compile_program(text, namespace, name)
-        return Lowered(program, text, fn, out_tree, traced)
+        t4 = time.perf_counter()
+        lowered = Lowered(program, text, fn, out_tree, traced)
+        lowered.timings = {"trace": t1 - t0, "optimize": t2 - t1, "generate": t3 - t2, "compile": t4 - t3}
+        return lowered
 
     def __repr__(self):
         return f"<wg.jit of {_name(self.f)}>"

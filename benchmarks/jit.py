@@ -1,0 +1,135 @@
+"""wg.jit against eager wengert, the hand-written NumPy gradient and the plain NumPy forward.
+
+Usage:  PYTHONPATH=src python benchmarks/jit.py [--quick] [--only W1 W3:logsumexp] [--no-scaling]
+
+Table 1, every seed row (benchmarks/workloads.py): medians of one run, measured round-robin
+(run.measure): ``jit`` = ``wg.jit(wg.value_and_grad(f))``, ``eager`` = ``wg.value_and_grad(f)``,
+``hand`` = the hand-written NumPy value and gradient, ``fwd`` = the user's code on plain arrays
+(NumPy alone, no gradient), ``jax.jit`` when JAX is installed (loop rows skipped as in run.py).
+``first`` is the jitted function's first call: trace, optimize, generate and compile.
+
+Table 2, first-call time against the size of the program: W1's per-column loop with the batch
+grown so that the staged program has about 1k, 10k and 100k equations; the time per equation
+shows whether staging is linear.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import peers  # noqa: E402
+import workloads  # noqa: E402
+from run import compare, fmt_time, measure, table  # noqa: E402
+
+import wengert as wg  # noqa: E402
+import wengert.numpy as wnp  # noqa: E402
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def bench_row(row, repeat, budget, use_jax):
+    fn = row.code(wnp, wg.Buffer)[row.formulation]
+    eager = wg.value_and_grad(fn, argnums=row.argnums)
+    jitted = wg.jit(eager)
+    hand_args = row.hand_args or row.args
+    ref_value, ref_grads = row.hand(*hand_args)
+    t0 = time.perf_counter()
+    value, grads = jitted(*row.args)
+    first = time.perf_counter() - t0
+    problem = compare(float(value), peers.leaves(grads), float(ref_value), peers.leaves(ref_grads))
+    if problem:
+        raise AssertionError(f"{row.name}: jit disagrees with the hand-written gradient: {problem}")
+    lowered = jitted.lower(*row.args)
+    contestants = {
+        "jit": lambda: jitted(*row.args),
+        "eager": lambda: eager(*row.args),
+        "hand": lambda: row.hand(*hand_args),
+        "fwd": lambda: fn(*row.args),
+    }
+    firsts = {"jit": first}
+    note = ""
+    if use_jax and not row.wengert_only:
+        try:
+            prep = peers.prepare("jax.jit", row)
+            t0 = time.perf_counter()
+            prep.vg()
+            firsts["jax.jit"] = time.perf_counter() - t0
+            contestants["jax.jit"] = prep.vg
+        except peers.Skip as e:
+            note = f"jax.jit skipped: {str(e)[:60]}"
+    times = measure(contestants, repeat, budget, firsts)
+    return {"row": row, "first": first, "eqns": lowered.eqns, "traced": lowered.eqns_traced,
+            "times": {k: v["median"] for k, v in times.items()}, "note": note,
+            "timings": lowered.timings}
+
+
+def report(results):
+    headers = ["row", "eqns (traced)", "jit", "eager", "hand", "fwd", "jax.jit",
+               "jit/hand", "jit/eager", "jit/fwd", "jit/jax.jit", "first call"]
+    lines = []
+    for r in results:
+        t = r["times"]
+        lines.append([r["row"].name, f"{r['eqns']} ({r['traced']})", fmt_time(t["jit"]), fmt_time(t["eager"]),
+                      fmt_time(t["hand"]), fmt_time(t["fwd"]), fmt_time(t["jax.jit"]) if "jax.jit" in t else "-",
+                      _ratio(t["jit"], t["hand"]), _ratio(t["jit"], t["eager"]), _ratio(t["jit"], t["fwd"]),
+                      _ratio(t["jit"], t.get("jax.jit")), fmt_time(r["first"])])
+    print(table(headers, lines))
+    for r in results:
+        if r["note"]:
+            print(f"  {r['row'].name}: {r['note']}")
+
+
+def scaling(batches):
+    """First call of jit(value_and_grad) of W1's loop, by the number of staged equations."""
+    code = workloads.w1_code(wnp, wg.Buffer)["loop"]
+    lines = []
+    for B in batches:
+        N, W, R = 4, 16, 2
+        rng = np.random.default_rng(0)
+        a = rng.random((W, R, B), dtype=np.float32)
+        b = rng.random((W, N, B), dtype=np.float32)
+        wts = rng.standard_normal((N, R, B)).astype(np.float32)
+        jitted = wg.jit(wg.value_and_grad(code, argnums=(0, 1)))
+        t0 = time.perf_counter()
+        jitted(a, b, wts)
+        first = time.perf_counter() - t0
+        lowered = jitted.lower(a, b, wts)
+        tm = lowered.timings
+        lines.append([f"B={B} ({N * R * B} trips)", str(lowered.eqns_traced), str(lowered.eqns), fmt_time(first),
+                      fmt_time(tm["trace"]), fmt_time(tm["optimize"]), fmt_time(tm["generate"]),
+                      fmt_time(tm["compile"]), f"{first / lowered.eqns_traced * 1e6:.1f} us"])
+    print(table(["W1 loop, N,W,R=4,16,2", "eqns traced", "eqns kept", "first call", "trace", "optimize",
+                 "generate", "compile", "per traced eqn"], lines))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes, few samples (a smoke test)")
+    p.add_argument("--only", nargs="*", help="workload tokens, e.g. W1 W3:logsumexp")
+    p.add_argument("--no-scaling", action="store_true")
+    p.add_argument("--no-jax", action="store_true")
+    p.add_argument("--repeat", type=int, default=15)
+    p.add_argument("--budget", type=float, default=3.0)
+    args = p.parse_args(argv)
+    use_jax = not args.no_jax and peers.availability("jax.jit")[1] is None
+    print(f"numpy {np.__version__}; jax.jit {'on' if use_jax else 'off'}; medians, measured round-robin")
+    results = []
+    for row in workloads.rows(quick=args.quick, only=args.only):
+        results.append(bench_row(row, 3 if args.quick else args.repeat, 0.2 if args.quick else args.budget, use_jax))
+        print(f"  done: {row.name}", file=sys.stderr)
+    report(results)
+    if not args.no_scaling:
+        print()
+        scaling((4, 40) if args.quick else (4, 40, 400))
+
+
+if __name__ == "__main__":
+    main()
