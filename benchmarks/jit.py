@@ -116,6 +116,9 @@ def main(argv=None):
     p.add_argument("--only", nargs="*", help="workload tokens, e.g. W1 W3:logsumexp")
     p.add_argument("--no-scaling", action="store_true")
     p.add_argument("--no-jax", action="store_true")
+    p.add_argument("--max-trips", type=int, default=5000,
+                   help="skip loop rows with more trips (W1 16x: 16,384 trips, ~570k equations, several GB "
+                        "of trace-time samples); table 2 shows how first calls grow")
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--budget", type=float, default=3.0)
     args = p.parse_args(argv)
@@ -123,6 +126,9 @@ def main(argv=None):
     print(f"numpy {np.__version__}; jax.jit {'on' if use_jax else 'off'}; medians, measured round-robin")
     results = []
     for row in workloads.rows(quick=args.quick, only=args.only):
+        if row.loop_iterations > args.max_trips:
+            print(f"  skipped: {row.name} ({row.loop_iterations} loop trips > --max-trips {args.max_trips})")
+            continue
         results.append(bench_row(row, 3 if args.quick else args.repeat, 0.2 if args.quick else args.budget, use_jax))
         print(f"  done: {row.name}", file=sys.stderr)
     report(results)

@@ -102,7 +102,7 @@ def _key(x):
     for arrays and other objects, by type and value for Python scalars)."""
     t = type(x)
     if t is Var:
-        return ("v", x.id)
+        return x  # hashed by identity: renaming gives the canonical Var object
     if t is int or t is float or t is bool or t is str or t is complex or x is None or x is Ellipsis:
         return (t, x) if not (t is float and x != x) else ("nan",)
     if t is tuple or t is list:
@@ -127,7 +127,15 @@ def cse(program):
             eqn = Eqn(eqn.prim, substitute(eqn.args, rename), {k: substitute(v, rename) for k, v in eqn.params.items()},
                       eqn.outs, tuple(rename.get(v.id, v) for v in eqn.uses), eqn.source)
         try:
-            key = (id(eqn.prim), _key(eqn.args), _key(eqn.params))
+            args = eqn.args
+            if len(args) == 1 and type(args[0]) is Var:
+                args_key = args[0]
+            elif len(args) == 2 and type(args[0]) is Var and type(args[1]) is Var:
+                args_key = args
+            else:
+                args_key = _key(args)
+            params = eqn.params
+            key = (eqn.prim, args_key, _key(params) if params else None)
         except _Unhashable:
             kept.append(eqn)
             continue

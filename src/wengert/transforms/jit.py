@@ -86,8 +86,8 @@ def _internal(code):
 
 def _user_frame(trace):
     """(filename, line, note) of the innermost caller outside wengert and NumPy. Reached through a
-    backward pass, it is the line of the forward operation whose VJP rule is running, and the note
-    names that primitive."""
+    backward pass, the note names the primitive whose VJP rule is running, and the line is that of
+    the forward operation when its tape entry kept the output (else none is given)."""
     frame = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
@@ -97,7 +97,8 @@ def _user_frame(trace):
             local = frame.f_locals
             prim = local.get("prim")
             if prim is not None:
-                for value in (local.get("ans"), *(local.get("args") or ())):
+                ans = local.get("ans")  # kept by the tape entry: the forward line that made it
+                for value in (ans if type(ans) is tuple or type(ans) is list else (ans,)):
                     while type(value) is Tracer:
                         if value._trace is trace and trace.sources[value.index] is not None:
                             filename, line, _ = trace.sources[value.index]
