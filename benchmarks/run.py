@@ -184,6 +184,9 @@ def call_with_limit(fn, limit):
 
 
 # --- one row -----------------------------------------------------------------------------------
+JIT_LOOP_LIMIT = 5000  # wg.jit rows: loops with more trips are left to benchmarks/jit.py
+
+
 def run_row(row, libs, quick, repeat, budget, max_call, first_limit):
     """Check every contestant of ``row`` against the hand-written gradient, then time them."""
     result = {"name": row.name, "workload": row.workload, "size": row.size,
@@ -217,6 +220,20 @@ def run_row(row, libs, quick, repeat, budget, max_call, first_limit):
     result["checks"]["wengert"] = problem or "ok"
     if problem:
         del contestants["wengert"]
+
+    # wg.jit(value_and_grad): staged once (its first call is reported), then the compiled program
+    if row.loop_iterations <= JIT_LOOP_LIMIT:
+        jit_fn = wg.jit(vg_fn)
+        t0 = time.perf_counter()
+        value, grads = jit_fn(*row.args)
+        result["first_call_s"]["wengert.jit"] = time.perf_counter() - t0
+        problem = compare(float(value), peers.leaves(grads), ref_value, ref_grads)
+        result["checks"]["wengert.jit"] = problem or "ok"
+        if not problem:
+            contestants["wengert.jit"] = lambda: jit_fn(*row.args)
+    else:
+        result["checks"]["wengert.jit"] = (f"skipped: {row.loop_iterations} loop trips stage ~35 equations each; "
+                                           "see benchmarks/jit.py for first-call times by size")
 
     for lib in (() if row.wengert_only else libs):
         try:
@@ -316,12 +333,17 @@ def report(results, libs, quick):
         fwd, w, h = med(r, "fwd"), med(r, "wengert"), med(r, "hand")
         pf = [r["times"].get(k, {}).get("faults_per_call") for k in ("wengert", "hand")]
         pf = "/".join("-" if x is None else f"{x:.0f}" for x in pf)
+        j = med(r, "wengert.jit")
+        first = r["first_call_s"].get("wengert.jit")
         lines.append([r["name"], fmt_time(fwd), fmt_time(w), fmt_ratio(ratio(w, fwd)), fmt_time(h),
-                      fmt_ratio(ratio(w, h)), pf, r["checks"]["wengert"]])
+                      fmt_ratio(ratio(w, h)), fmt_time(j), fmt_ratio(ratio(j, h)),
+                      fmt_time(first) if j is not None else "-", pf, r["checks"]["wengert"]])
     parts.append("wengert: plain forward, value_and_grad, and the hand-written NumPy value-and-gradient\n"
                  "(medians; w/fwd = value_and_grad / forward, w/hand = value_and_grad / hand-written;\n"
+                 " jit = wg.jit(value_and_grad), jit 1st = its first call: trace, optimize, compile;\n"
                  " faults = minor page faults per call, wengert/hand: fresh large arrays cost page faults)\n\n" +
-                 table(["row", "forward", "wengert", "w/fwd", "hand", "w/hand", "faults", "check"], lines))
+                 table(["row", "forward", "wengert", "w/fwd", "hand", "w/hand", "jit", "jit/hand", "jit 1st",
+                        "faults", "check"], lines))
     if libs:
         lines = []
         for r in results:

@@ -28,6 +28,9 @@ def test_benchmark_suite_quick(tmp_path):
     bad = {r["name"]: r["checks"]["wengert"] for r in rows if r["checks"]["wengert"] != "ok"}
     assert not bad, bad
     assert all(r["notes"]["wengert_max_rel_error"] < 1e-3 for r in rows)
+    bad_jit = {r["name"]: r["checks"]["wengert.jit"] for r in rows
+               if r["checks"]["wengert.jit"] != "ok" and not r["checks"]["wengert.jit"].startswith("skipped")}
+    assert not bad_jit, bad_jit   # wg.jit(value_and_grad) agrees with the hand-written gradient too
 
 
 def test_transforms_under_vmap_benchmark_is_batched_and_right():

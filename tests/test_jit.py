@@ -229,7 +229,12 @@ def test_traced_integer_indices_are_part_of_the_program():
 
 
 # --- the systematic table under jit(grad) and jit(jvp), each on two draws --------------------------
-VALUE_SHAPED = {"x[x > 0]", "unique", "unique axis=1"}  # result sizes depend on the values: refused
+# Rows whose result's size depends on the values: under jit they are refused with a TypeError that
+# says so (ConcretizationError, or the function's own refusal of per-example sizes), never run with
+# a size baked in from the trace.
+VALUE_SHAPED = {"x[x > 0]", "piecewise", "piecewise otherwise", "piecewise constant", "trim_zeros", "polydiv",
+                "polydiv shorter", "roots", "union1d", "intersect1d", "intersect1d return_indices", "setdiff1d",
+                "setxor1d"} | {name for name in CASE_IDS if name.startswith("unique")}
 
 
 def _draws(name, count=2):
@@ -265,7 +270,7 @@ def _scalar_loss(fn, specs, args):
 def test_every_table_row_under_jit_grad_and_jvp_equals_eager(name):
     fn, specs, draws = _draws(name)
     if name in VALUE_SHAPED:
-        with pytest.raises(wg.ConcretizationError):
+        with pytest.raises(TypeError, match="depend|differ"):
             wg.jit(fn)(*draws[0])
         return
     loss, nums = _scalar_loss(fn, specs, draws[0])
