@@ -33,7 +33,7 @@ import numpy as np
 
 from ..core import backward as _backward
 from ..core import tree
-from ..core.errors import LeakedTracerError, TracerConversionError
+from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError
 from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
 from ..core.trace import (Primitive, Trace, Tracer, close_level, collector_paused, make_tracer, open_level,
                           open_levels, unbox)
@@ -462,6 +462,11 @@ class Jitted:
                 dyn_args, dyn_kwargs = tree.unflatten(treedef, wrapped)
                 args, kwargs = self._rebuild(static, dyn_args, dyn_kwargs)
                 out = self.f(*args, **kwargs)
+        except NeedsLoop as e:  # vmap's signal for work whose shape depends on each example's values
+            raise ConcretizationError(
+                f"{e}. Under wg.jit the same holds for the values the program will receive: the result's "
+                "size depends on them, so it cannot be one program; mark the argument static "
+                "(static_argnums=...) or compute a fixed-size result (wnp.where)") from e
         finally:
             hook[0] = previous
             _close_staging_level(trace)
