@@ -12,7 +12,7 @@ import numpy as np
 
 from .core.mutation import InPlaceWriteError
 from .core.trace import Tracer, make_tracer, unbox
-from .numpy._methods import _clean_index
+from .numpy._methods import clean_index
 from .primitives import elementwise as E
 from .primitives.scatter import buffer_snapshot, has_duplicates, index_add, scatter_multiply, scatter_set
 from .primitives.shape import getitem
@@ -66,7 +66,7 @@ class Buffer:
         if self._frozen:
             raise InPlaceWriteError("This Buffer was frozen (freeze() or wnp.asarray); write into a new Buffer.")
         if type(index) is not int:
-            index = _clean_index(index)
+            index = clean_index(index)
         if self._functional is not None:
             self._functional = scatter_set(self._functional, value, index=index)
             return
@@ -89,7 +89,7 @@ class Buffer:
 
     def __getitem__(self, index):
         if type(index) is not int:
-            index = _clean_index(index)
+            index = clean_index(index)
         if self._functional is not None:
             return getitem(self._functional, index=index)
         current = self._snapshot(final=False)
@@ -158,7 +158,7 @@ class _IndexUpdates:
 
     def __init__(self, array, index):
         self.array = array
-        self.index = _clean_index(index)
+        self.index = clean_index(index)
 
     def get(self):
         return getitem(self.array, index=self.index) if type(self.array) is Tracer else np.asarray(self.array)[self.index]

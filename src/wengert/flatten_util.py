@@ -12,13 +12,13 @@ import numpy as np
 
 from .core import tree
 from .core.trace import Tracer, unbox
+from . import numpy as wnp
 
 __all__ = ["ravel_pytree"]
 
 
 def ravel_pytree(pytree):
     """``(flat, unravel)``: ``flat`` a 1-D array of all leaves, ``unravel(flat)`` the pytree back."""
-    from . import numpy as wnp
 
     leaves, treedef = tree.flatten(pytree)
     shapes = [np.shape(unbox(x)) for x in leaves]

@@ -21,6 +21,7 @@ import numpy as np
 from .core.trace import Tracer, unbox
 from .primitives import nn as P
 from .primitives._table import unbox_all
+from . import numpy as wnp
 
 __all__ = [
     "softmax", "log_softmax", "logsumexp", "softmax_cross_entropy", "sigmoid", "log_sigmoid",
@@ -153,7 +154,6 @@ def softmax_cross_entropy(logits, labels, axis=-1, reduction="mean"):
         return P.softmax_cross_entropy_sparse(logits, labels, axis=ax, reduction=reduction, stash=stash)
     labels = _operand(labels)
     if _shape(labels) != shape:
-        from . import numpy as wnp
         labels = wnp.broadcast_to(labels, shape)
     stash = [None] if _traced(logits, labels) else None
     return P.softmax_cross_entropy_dense(logits, labels, axis=ax, reduction=reduction, stash=stash)
@@ -198,7 +198,6 @@ def binary_cross_entropy_with_logits(logits, targets, reduction="mean"):
     reduction = _reduction(reduction, "binary_cross_entropy_with_logits")
     targets = _operand(targets)
     if _shape(targets) != _shape(logits):
-        from . import numpy as wnp
         targets = wnp.broadcast_to(targets, _shape(logits))
     return P.bce_with_logits(logits, targets, reduction=reduction)
 
@@ -236,7 +235,6 @@ def cosine_similarity(x1, x2, axis=-1, eps=1e-8):
     ndim = len(np.broadcast_shapes(_shape(x1), _shape(x2)))
     ax = _axes(axis, ndim, "cosine_similarity")
     if _ndim(x1) != ndim or _ndim(x2) != ndim:
-        from . import numpy as wnp
         x1 = wnp.reshape(x1, (1,) * (ndim - _ndim(x1)) + tuple(_shape(x1)))
         x2 = wnp.reshape(x2, (1,) * (ndim - _ndim(x2)) + tuple(_shape(x2)))
     return P.cosine_similarity(x1, x2, axis=ax, eps=float(eps))

@@ -28,7 +28,7 @@ def indexed_cotangent(index, g, shape, dtype):
     return (index, g, shape, dtype)
 
 
-def _is_basic(index):
+def is_basic(index):
     """True when ``index`` selects a view (ints, slices, None, Ellipsis): no element repeats."""
     if type(index) is not tuple:
         index = (index,)
@@ -40,7 +40,7 @@ def _is_basic(index):
 
 def _add_at(buffer, index, g):
     """``buffer[index] += g``, adding repeated indices (advanced indexing) as many times as they occur."""
-    if _is_basic(index):
+    if is_basic(index):
         view = buffer[index]
         if type(view) is np.ndarray:
             view += g

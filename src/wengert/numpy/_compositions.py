@@ -29,7 +29,7 @@ _linalg = importlib.import_module(f"{__package__}.linalg")
 
 _NO_VALUE = np._NoValue
 _ndim, _shape = F._ndim, F._shape
-_operand = F._as_traced_operand
+_operand = F.as_traced_operand
 
 
 def _traceable_lists(np_fn):
@@ -486,7 +486,7 @@ class _Concatenator:
 
 
 def _contains(item):
-    return F._contains_tracer(item)
+    return F.contains_tracer(item)
 
 
 r_ = _Concatenator(np.r_, axis=0, ndmin=1, trans1d=-1)

@@ -30,7 +30,7 @@ def _has_tracer(args, kwargs):
         t = type(a)
         if t is Tracer:
             return True
-        if (t is list or t is tuple) and _contains_tracer(a):
+        if (t is list or t is tuple) and contains_tracer(a):
             return True
     for a in kwargs.values():
         if type(a) is Tracer:
@@ -49,7 +49,7 @@ def traceable(np_fn):
         @functools.wraps(np_fn)
         def call(*args, **kwargs):
             if _has_tracer(args, kwargs):
-                return fn(*[asarray(a) if type(a) in (list, tuple) and _contains_tracer(a) else a
+                return fn(*[asarray(a) if type(a) in (list, tuple) and contains_tracer(a) else a
                             for a in args], **kwargs)
             return np_fn(*args, **kwargs)
 
@@ -84,12 +84,12 @@ def _norm_axis(axis, ndim):
     return (axis % ndim,) if ndim else (axis,)
 
 
-def _as_traced_operand(x):
+def as_traced_operand(x):
     """Leave tracers alone; turn lists and scalars into arrays so shapes are known (a list that
     holds traced values becomes one traced array)."""
     if type(x) is Tracer:
         return x
-    return asarray(x) if _contains_tracer(x) else np.asarray(x)
+    return asarray(x) if contains_tracer(x) else np.asarray(x)
 
 
 # --- elementwise -------------------------------------------------------------------------------
@@ -260,13 +260,13 @@ def dot(a, b, out=None):
     elif type(b) is not Tracer:
         return np.dot(a, b, out)
     _unsupported("dot", out=out)
-    return C.dot(_as_traced_operand(a), _as_traced_operand(b))
+    return C.dot(as_traced_operand(a), as_traced_operand(b))
 
 
 @traceable(np.matmul)
 def matmul(a, b, /, out=None, **kwargs):
     _unsupported("matmul", out=out, **kwargs)
-    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    a, b = as_traced_operand(a), as_traced_operand(b)
     if _ndim(a) == 0 or _ndim(b) == 0:
         raise ValueError("matmul: Input operand does not have enough dimensions (use * for scalars)")
     return C.matmul(a, b)
@@ -274,14 +274,14 @@ def matmul(a, b, /, out=None, **kwargs):
 
 @traceable(np.tensordot)
 def tensordot(a, b, axes=2):
-    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    a, b = as_traced_operand(a), as_traced_operand(b)
     axes_a, axes_b = C.tensordot_axes(axes, _ndim(a), _ndim(b))
     return C.tensordot(a, b, axes=(tuple(axes_a), tuple(axes_b)))
 
 
 @traceable(np.vdot)
 def vdot(a, b, /):
-    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    a, b = as_traced_operand(a), as_traced_operand(b)
     if np.iscomplexobj(unbox(a)):  # np.vdot conjugates its first argument
         return sum(ravel(conj(a)) * ravel(b))
     return C.vdot(a, b)
@@ -289,7 +289,7 @@ def vdot(a, b, /):
 
 @traceable(np.inner)
 def inner(a, b, /):
-    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    a, b = as_traced_operand(a), as_traced_operand(b)
     na, nb = _ndim(a), _ndim(b)
     if na == 0 or nb == 0:
         return a * b
@@ -303,7 +303,7 @@ def inner(a, b, /):
 @traceable(np.outer)
 def outer(a, b, out=None):
     _unsupported("outer", out=out)
-    return C.outer(_as_traced_operand(a), _as_traced_operand(b))
+    return C.outer(as_traced_operand(a), as_traced_operand(b))
 
 
 @traceable(np.einsum)
@@ -311,7 +311,7 @@ def einsum(*operands, out=None, optimize=False, dtype=None, order="K", casting="
     _unsupported("einsum", out=out, dtype=dtype)
     if not isinstance(operands[0], str):  # the sublist form: einsum(a, [0, 1], b, [1, 2], [0, 2])
         operands = _sublists_to_subscripts(operands)
-    arrays = [_as_traced_operand(op) for op in operands[1:]]
+    arrays = [as_traced_operand(op) for op in operands[1:]]
     # a traced value's own shape: one example's under vmap
     shapes = tuple([a.shape if type(a) is Tracer else np.shape(a) for a in arrays])
     return C.einsum(*arrays, subscripts=_explicit_subscripts(operands[0], shapes))
@@ -358,7 +358,7 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
 
 @traceable(np.kron)
 def kron(a, b):
-    a, b = _as_traced_operand(a), _as_traced_operand(b)
+    a, b = as_traced_operand(a), as_traced_operand(b)
     nd = builtins.max(_ndim(a), _ndim(b))
     a = reshape(a, (1,) * (nd - _ndim(a)) + _shape(a))
     b = reshape(b, (1,) * (nd - _ndim(b)) + _shape(b))
@@ -451,8 +451,8 @@ def _sequence_traceable(np_fn):
     def decorate(fn):
         @functools.wraps(np_fn)
         def call(arrays, *args, **kwargs):
-            if builtins.any(_contains_tracer(a) for a in arrays):
-                return fn([_as_traced_operand(a) for a in arrays], *args, **kwargs)
+            if builtins.any(contains_tracer(a) for a in arrays):
+                return fn([as_traced_operand(a) for a in arrays], *args, **kwargs)
             return np_fn(arrays, *args, **kwargs)
 
         return call
@@ -463,7 +463,7 @@ def _sequence_traceable(np_fn):
 @_sequence_traceable(np.concatenate)
 def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
     _unsupported("concatenate", out=out, dtype=dtype)
-    arrays = [_as_traced_operand(a) for a in arrays]
+    arrays = [as_traced_operand(a) for a in arrays]
     if axis is None:
         arrays, axis = [ravel(a) for a in arrays], 0
     return S.concatenate(*arrays, axis=axis % _ndim(arrays[0]))
@@ -472,7 +472,7 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
 @_sequence_traceable(np.stack)
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _unsupported("stack", out=out, dtype=dtype)
-    arrays = [_as_traced_operand(a) for a in arrays]
+    arrays = [as_traced_operand(a) for a in arrays]
     shape = _shape(arrays[0])
     if builtins.any(_shape(a) != shape for a in arrays):
         raise ValueError("all input arrays must have the same shape")
@@ -505,7 +505,7 @@ def column_stack(tup):
 
 @traceable(np.atleast_1d)
 def atleast_1d(*arys):
-    out = [reshape(a, (1,)) if _ndim(a) == 0 else _as_traced_operand(a) for a in arys]
+    out = [reshape(a, (1,)) if _ndim(a) == 0 else as_traced_operand(a) for a in arys]
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -513,7 +513,7 @@ def atleast_1d(*arys):
 def atleast_2d(*arys):
     out = []
     for a in arys:
-        a = _as_traced_operand(a)
+        a = as_traced_operand(a)
         out.append(reshape(a, (1,) * (2 - _ndim(a)) + _shape(a)) if _ndim(a) < 2 else a)
     return out[0] if len(out) == 1 else tuple(out)
 
@@ -522,7 +522,7 @@ def atleast_2d(*arys):
 def atleast_3d(*arys):
     out = []
     for a in arys:
-        a = _as_traced_operand(a)
+        a = as_traced_operand(a)
         nd = _ndim(a)
         shape = {0: (1, 1, 1), 1: (1,) + _shape(a) + (1,), 2: _shape(a) + (1,)}.get(nd, _shape(a))
         out.append(reshape(a, shape))
@@ -758,7 +758,7 @@ _cast_without_gradient = nondiff(_cast)
 
 def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):  # noqa: A002
     """``np.array`` that also accepts (nested lists of) traced values, stacking them."""
-    if not _contains_tracer(object):
+    if not contains_tracer(object):
         return np.array(object, dtype=dtype, copy=copy, order=order, subok=subok, ndmin=ndmin)
     out = _stack_nested(object)
     if dtype is not None:
@@ -772,17 +772,17 @@ def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
     """``np.asarray``; traced values (and Buffers) are returned as traced values."""
     if hasattr(a, "__wengert_array__"):
         a = a.__wengert_array__()
-    if not _contains_tracer(a):
+    if not contains_tracer(a):
         return np.asarray(a, dtype=dtype, order=order)
     out = a if type(a) is Tracer else _stack_nested(a)
     return astype(out, dtype) if dtype is not None else out
 
 
-def _contains_tracer(x):
+def contains_tracer(x):
     if type(x) is Tracer:
         return True
     if type(x) in (list, tuple):
-        return builtins.any(_contains_tracer(v) for v in x)
+        return builtins.any(contains_tracer(v) for v in x)
     return False
 
 
@@ -942,5 +942,6 @@ del _name
 
 
 _NOT_EXPORTED = {"annotations", "builtins", "functools", "np", "opt_einsum", "Tracer", "unbox", "C", "E", "NoDerivativeError",
-                 "R", "S", "nondiff", "unbox_all", "traceable"}
+                 "R", "S", "nondiff", "unbox_all", "traceable",
+                 "as_traced_operand", "contains_tracer"}
 __all__ = [n for n in list(globals()) if not n.startswith("_") and n not in _NOT_EXPORTED]

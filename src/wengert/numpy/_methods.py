@@ -43,10 +43,10 @@ def build_dispatch_tables(namespace, numpy_module, prefix=""):
             FUNCTIONS[original] = fn
 
 
-def _clean_index(index):
+def clean_index(index):
     """Indices are never differentiated: read traced values (and lists) as plain arrays."""
     if type(index) is tuple:
-        return tuple(_clean_index(i) for i in index)
+        return tuple(clean_index(i) for i in index)
     if type(index) is Tracer:
         return unbox_all(index)  # a plain array, or the index batched by vmap
     if type(index) is list:
@@ -63,10 +63,10 @@ def _getitem(self, index):
     if t is tuple:
         for i in index:
             if type(i) not in _PLAIN_INDEX:
-                index = _clean_index(index)
+                index = clean_index(index)
                 break
     elif t is not int and t is not slice:
-        index = _clean_index(index)
+        index = clean_index(index)
     trace = self._trace
     value = self.value
     if trace.guard is not None or type(value) is Tracer:
@@ -80,7 +80,7 @@ def _getitem(self, index):
 
 def _setitem(self, index, value):
     """``x[index] = value``: NumPy's meaning, recorded as one write (``core/mutation.py``)."""
-    write_in_place(self, _clean_index(index), value, write)
+    write_in_place(self, clean_index(index), value, write)
 
 
 def _len(self):

@@ -17,7 +17,7 @@ from ._functions import traceable
 
 _NO_VALUE = np._NoValue
 _ndim, _shape = F._ndim, F._shape
-_operand = F._as_traced_operand
+_operand = F.as_traced_operand
 
 
 # --- quantiles ---------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def _quantile(name, a, q, axis, method, keepdims, ignore_nan, interpolation=None
     method = interpolation if interpolation is not None else method
     a, q_in = _operand(a), q
     q = _operand(q)
-    dtype = np.quantile(np.zeros(1, dtype_of(a)), q_in if type(q_in) is not Tracer and not F._contains_tracer(q_in)
+    dtype = np.quantile(np.zeros(1, dtype_of(a)), q_in if type(q_in) is not Tracer and not F.contains_tracer(q_in)
                         else np.zeros(_shape(q), dtype_of(q)), method=method).dtype
     if method not in _CONTINUOUS and method not in _DISCRETE:
         raise NotImplementedError(f"wengert.numpy.{name}: method={method!r} is not supported on traced values "

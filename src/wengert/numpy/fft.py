@@ -142,7 +142,7 @@ def _one(shape, n, axis, invreal=False):
 
 
 def _as_operand(a):
-    return _F._as_traced_operand(a)
+    return _F.as_traced_operand(a)
 
 
 def fft(a, n=None, axis=-1, norm=None, out=None):

@@ -25,7 +25,7 @@ from ..primitives._table import unbox_all as _unbox_all
 from ._functions import traceable as _traceable
 
 _NO_VALUE = _np._NoValue
-_operand = _F._as_traced_operand
+_operand = _F.as_traced_operand
 
 matrix_rank = _nondiff(_npl.matrix_rank)
 

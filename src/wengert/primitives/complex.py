@@ -19,6 +19,7 @@ import numpy as np
 from ..core.trace import Tracer, unbox
 from ._batching import elementwise_rule, unary_rule
 from ._table import defprim, elementwise_constant, staged
+from . import elementwise as _elementwise
 
 
 def _is_complex(x):
@@ -71,8 +72,7 @@ def _nonzero(a):
     """``a`` with its zeros replaced by ones (a constant selection): at ``z == 0`` the derivative
     ``conj(z) / |z|`` of ``|z|`` is taken as 0, as ``sign(0) = 0`` makes it for reals (and as JAX)."""
     if staged(a) or np.any(unbox(a) == 0):  # the whole batch under vmap: the mask below is per example
-        from .elementwise import where
-        return where(_is_zero(a), 1, a)
+        return _elementwise.where(_is_zero(a), 1, a)
     return a
 
 
@@ -89,8 +89,7 @@ def _sign(x):
 def abs_vjp(g, x):
     """``absolute``'s rule: ``g sign(x)`` for reals, ``g conj(x) / |x|`` for complex ``x``."""
     if _is_complex(x):
-        from .elementwise import absolute
-        return real_part(g) * conj(x) / _nonzero(absolute(x))
+        return real_part(g) * conj(x) / _nonzero(_elementwise.absolute(x))
     return g * _sign(x)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from ..core.trace import Tracer, unbox
 from ._batching import NeedsLoop, batched_index, is_batched, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
 from ._table import defprim, unbroadcast
-from .shape import _is_basic, getitem, index_add, reshape
+from .shape import is_basic, getitem, index_add, reshape
 
 
 def _zero_at(g, index):
@@ -99,7 +99,7 @@ write = defprim(None, (), name="setitem", fused_vjp=_write_vjp, owned_vjp=_write
 
 def _scatter_multiply(x, v, index):
     out = np.array(x, copy=True)
-    if _is_basic(index):
+    if is_basic(index):
         out[index] *= v
     else:
         np.multiply.at(out, index, v)
@@ -124,7 +124,7 @@ scatter_multiply = defprim(_scatter_multiply, (
 
 def has_duplicates(index, shape):
     """True when an advanced ``index`` selects some element more than once."""
-    if _is_basic(index):
+    if is_basic(index):
         return False
     if any(is_batched(i) for i in (index if type(index) is tuple else (index,))):
         raise NeedsLoop("indices that differ per example (checked for duplicates one example at a time)")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.backward import _is_basic, indexed_cotangent
+from ..core.backward import is_basic, indexed_cotangent
 from ..core.trace import Tracer, unbox
 from ._batching import (axis_rule, broadcast_to_rule, diagonal_embed_rule, diagonal_rule, getitem_rule, index_add_rule,
                         join_rule, pad_rule, reshape_rule, roll_rule, transpose_rule, unary_rule)
 from ._table import defprim, unbroadcast
+from . import complex as _complex
 
 
 def _reshape(x, shape):
@@ -50,8 +51,7 @@ def _astype(x, dtype):
 
 def _astype_vjp(g, x_dtype, dtype):
     if x_dtype.kind == "c" and np.dtype(dtype).kind != "c":  # complex to real: the real part's rule
-        from .complex import real_part
-        g = real_part(g)
+        g = _complex.real_part(g)
     return astype(g, dtype=x_dtype)
 
 
@@ -141,7 +141,7 @@ getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True, batch=get
 
 def _index_add(base, values, index):
     out = np.array(base, copy=True)
-    if _is_basic(index):
+    if is_basic(index):
         out[index] += values
     else:
         np.add.at(out, index, values)

@@ -19,7 +19,8 @@ from time import perf_counter
 import numpy as np
 
 from ..core import tree
-from ..transforms.reverse import _argnames as _positional_names
+from ..transforms.reverse import argnames as _positional_names
+from ..transforms.reverse import value_and_grad
 from ._report import Finding, Report
 from ._session import Session, STATE
 
@@ -36,7 +37,6 @@ def profile(f, *args, argnums=0, has_aux=False, repeat=5, detail_runs=2, max_sec
     time). Totals are the best of the clean runs; the tables and findings come from the
     instrumented runs. ``kwargs`` are passed to ``f``.
     """
-    from ..transforms.reverse import value_and_grad
 
     if STATE.session is not None:
         raise RuntimeError("wg.profile is already running; profiles do not nest")

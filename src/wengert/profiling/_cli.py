@@ -23,6 +23,7 @@ import numpy as np
 
 from ._report import Report, short_path
 from ._session import Session
+from . import _name, input_names
 
 USAGE = "python -m wengert profile [--json PATH] [--plot PATH] [--no-forward] script.py [args ...]"
 
@@ -140,7 +141,6 @@ def _site_text(site):
 
 
 def _reports(sites, calibration, detail_calls):
-    from . import _name, input_names
     out = []
     for site, rec in sites.items():
         details = [c for c in rec.calls[: max(1, detail_calls)] if c.detail and c.log is not None and c.log.backward_done]

@@ -14,10 +14,13 @@ import functools
 import json
 import linecache
 import os
+import textwrap
 from collections import Counter, defaultdict
 
 import numpy as np
 
+from .. import nn
+from ..config import config
 from ._session import func_name, index_pattern
 
 DOCS = "docs/performance.md"
@@ -512,7 +515,6 @@ def _names(names, limit=6):
 
 def _indent(text, n):
     pad = " " * n
-    import textwrap
     return "\n".join(textwrap.fill(par, width=100, initial_indent=pad, subsequent_indent=pad)
                      for par in text.split("\n"))
 
@@ -953,18 +955,10 @@ def _unfused(ctx):
 
 
 def _rewrites_off():
-    try:
-        from ..config import config
-    except ImportError:
-        return False
     return getattr(config, "rewrites", True) is False
 
 
 def _fused_names():
-    try:
-        from .. import nn
-    except ImportError:
-        return {}
     names = {}
     for kind, attr in (("log(softmax(x))", "log_softmax"), ("log(sum(exp(x)))", "logsumexp"),
                        ("log(sigmoid(x))", "log_sigmoid"), ("log(1 + exp(x))", "softplus")):

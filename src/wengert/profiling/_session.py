@@ -30,6 +30,9 @@ import numpy as np
 from ..core import backward as _backward_mod
 from ..core import trace as _trace_mod
 from ..core.trace import Metadata
+from .. import numpy as wnp
+from ..primitives import _table
+from ..transforms.reverse import value_and_grad
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
@@ -399,7 +402,6 @@ _CALIBRATION = None
 
 def _calibration_chain(x):
     """A chain of common operations on a 4-element array (see ``Session._calibrate``)."""
-    from .. import numpy as wnp
     y = x
     for _ in range(12):
         y = wnp.tanh(y * 0.5 + 0.25) - y[::-1] / 3.0
@@ -462,7 +464,6 @@ class Session(_trace_mod.Observer):
         global _CALIBRATION
         if _CALIBRATION is not None:
             return _CALIBRATION
-        from ..transforms.reverse import value_and_grad
         policy, self.policy = self.policy, (lambda site: True)
         on_call, self.on_call = self.on_call, None
         start = len(self.calls)
@@ -497,7 +498,6 @@ class Session(_trace_mod.Observer):
     def _install_heavy(self):
         """Time the primitives' implementations for one detailed call (each ``prim.impl`` wrapped,
         and put back when the call's backward pass ends)."""
-        from ..primitives import _table
         key = (len(sys.modules), len(_table.PRIMITIVES))
         if self._prims is None or self._prims[0] != key:
             prims = set(_table.PRIMITIVES.values())

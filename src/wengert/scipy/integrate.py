@@ -58,7 +58,7 @@ class _System:
     def __call__(self, y, t, *traced):
         args = self.args(traced)
         out = self.func(t, y, *args) if self.tfirst else self.func(y, t, *args)
-        return F.reshape(F._as_traced_operand(out), (-1,))   # SciPy takes lists and scalars too
+        return F.reshape(F.as_traced_operand(out), (-1,))   # SciPy takes lists and scalars too
 
 
 class _Jacobian:
@@ -253,8 +253,8 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
         raise NotImplementedError(
             "odeint: full_output=True on values being differentiated is not supported (the solver's "
             "diagnostics have no derivative); call odeint on plain arrays for them.")
-    y0 = F._as_traced_operand(y0)
-    t = F._as_traced_operand(t)
+    y0 = F.as_traced_operand(y0)
+    t = F.as_traced_operand(t)
     for name, value in (("y0", y0), ("t", t)):
         if np.iscomplexobj(unbox(value)):
             raise TypeError(f"odeint: {name} is complex; SciPy's odeint solves real systems only "

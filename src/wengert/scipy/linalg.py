@@ -90,7 +90,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     if type(a) is not Tracer and type(b) is not Tracer:
         return _sl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal,
                                     overwrite_b=overwrite_b, check_finite=check_finite)
-    return _st(F._as_traced_operand(a), F._as_traced_operand(b), trans=_trans_flag(trans),
+    return _st(F.as_traced_operand(a), F.as_traced_operand(b), trans=_trans_flag(trans),
                lower=bool(lower), unit_diagonal=bool(unit_diagonal))
 
 
@@ -205,7 +205,7 @@ def solve_sylvester(a, b, q):
     """``scipy.linalg.solve_sylvester``: ``X`` with ``a X + X b = q``; differentiable in all three."""
     if not any(type(x) is Tracer for x in (a, b, q)):
         return _sl.solve_sylvester(a, b, q)
-    return _sylvester(*(F._as_traced_operand(x) for x in (a, b, q)))
+    return _sylvester(*(F.as_traced_operand(x) for x in (a, b, q)))
 
 
 def _sqrtm_impl(a):

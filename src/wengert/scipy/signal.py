@@ -100,7 +100,7 @@ def convolve(in1, in2, mode="full", method="auto"):
     """``scipy.signal.convolve(in1, in2, mode, method)``; differentiable in both inputs."""
     if type(in1) is not Tracer and type(in2) is not Tracer:
         return _sig.convolve(in1, in2, mode=mode, method=method)
-    a, b = F._as_traced_operand(in1), F._as_traced_operand(in2)
+    a, b = F.as_traced_operand(in1), F.as_traced_operand(in2)
     if a.ndim != b.ndim:
         raise ValueError("in1 and in2 should have the same dimensionality")
     if mode not in ("full", "valid", "same"):
@@ -125,4 +125,4 @@ def correlate(in1, in2, mode="full", method="auto"):
     """``scipy.signal.correlate``: ``convolve(in1, conj(flip(in2)))``, SciPy's window for each mode."""
     if type(in1) is not Tracer and type(in2) is not Tracer:
         return _sig.correlate(in1, in2, mode=mode, method=method)
-    return convolve(in1, _reverse_conj(F._as_traced_operand(in2)), mode=mode)
+    return convolve(in1, _reverse_conj(F.as_traced_operand(in2)), mode=mode)

@@ -15,6 +15,8 @@ from ..core.trace import Tracer, unbox
 from ..numpy import _functions as F
 from ..primitives import elementwise as E
 from ..primitives._table import batch_elementwise, defprim, defunary, elementwise_constant, nondiff, staged, unbroadcast
+from .. import nn as wnn
+from ..numpy._methods import UFUNCS
 
 __all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "beta", "betaln",
            "erf", "erfc", "erfinv", "erfcinv", "ndtr", "ndtri", "log_ndtr", "expit", "logit",
@@ -172,11 +174,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """``scipy.special.logsumexp``, stable; differentiable in ``a`` and ``b``."""
     if type(a) is not Tracer and type(b) is not Tracer:
         return sc.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
-    from .. import nn as wnn
     if not return_sign:
         return wnn.logsumexp(a, axis=axis, b=b, keepdims=keepdims)
     # with signs: log|sum(b exp(a))| and the sign, shifted by the (constant) maximum
-    a = F._as_traced_operand(a)
+    a = F.as_traced_operand(a)
     m = _finite_max(a, axis)
     terms = F.exp(a - m) if b is None else b * F.exp(a - m)
     s = F.sum(terms, axis=axis, keepdims=True)
@@ -837,7 +838,6 @@ if hasattr(sc, "softplus"):   # SciPy 1.15 and later
 
 # SciPy's own ufuncs on traced values (``scipy.special.gammaln(x)`` in user code) come here too
 def _register_scipy_ufuncs():
-    from ..numpy._methods import UFUNCS
     for name in __all__:
         original = getattr(sc, name, None)
         if isinstance(original, np.ufunc):

@@ -41,7 +41,7 @@ def _traced(*args):
     for a in args:
         if type(a) is Tracer:
             return True
-        if isinstance(a, (list, tuple)) and F._contains_tracer(a):
+        if isinstance(a, (list, tuple)) and F.contains_tracer(a):
             return True
     return False
 
@@ -66,7 +66,7 @@ def _everywhere(mask):
 
 def _arr(x):
     """A traced value as it is; lists (possibly holding tracers) and scalars as arrays."""
-    return F._as_traced_operand(x)
+    return F.as_traced_operand(x)
 
 
 def _nonpositive(*params):

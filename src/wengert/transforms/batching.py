@@ -34,6 +34,8 @@ from ..primitives._batching import NeedsLoop, broadcast_batch, concrete, pad_bat
 from ..primitives._batching import reshape as _reshape
 from ..primitives._batching import shape as _shape
 from ..primitives._registry import PRIMITIVES
+from .. import numpy as wnp
+from .reverse import _normalize_argnums, grad
 
 __all__ = ["vmap", "batched_call", "NeedsLoop", "concrete", "FUSE"]
 
@@ -484,8 +486,6 @@ def _per_example_grad(f, argnums, flat, size, out_axes):
     independent, so row i of the gradient with respect to the batched (or broadcast) arguments is
     example i's gradient. One batched forward and backward pass instead of a loop of gradients.
     Returns ``(result,)``, or None to take the general path (which gives ``grad``'s own errors)."""
-    from .. import numpy as wnp
-    from .reverse import _normalize_argnums, grad
     nums, many = _normalize_argnums(argnums, len(flat), f)
     args, axes = [], []
     for n, (leaves, leaf_axes, treedef) in enumerate(flat):
@@ -528,8 +528,6 @@ def _nested_per_example_grad(f, argnums, levels, args):
     gets its own copy), and the gradient of the sum over all examples of the nested vmap of ``f``
     (in_axes 0 or None) holds each example's gradient; each level's out_axes is applied last,
     innermost first. Returns ``(result,)``, or None for the general path."""
-    from .. import numpy as wnp
-    from .reverse import _normalize_argnums, grad
     nums, many = _normalize_argnums(argnums, len(args), f)
     flat = [tree.flatten(a) for a in args]
     current = [list(leaves) for leaves, _ in flat]
@@ -699,7 +697,6 @@ def _run_loop(f, flat, size, out_axes):
             result.append(pieces[0])
             continue
         if any(type(p) is Tracer for p in pieces):
-            from .. import numpy as wnp
             stacked = wnp.stack(pieces)
         else:
             stacked = np.stack([np.asarray(p) for p in pieces])

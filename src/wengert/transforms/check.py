@@ -6,7 +6,9 @@ import numpy as np
 
 from ..core import tree
 from ..core.trace import Tracer, unbox
-from .reverse import _argnames, _Recording, grad
+from .reverse import argnames, _Recording, grad
+from .. import numpy as wnp
+from .forward import jvp
 
 
 def _to_float64(x):
@@ -80,7 +82,6 @@ def _scalarize(f, args, rng):
                for w, leaf in zip(weights, leaves)]
 
     def scalar_f(*a):
-        from .. import numpy as wnp
         total = 0.0
         for w, leaf in zip(weights, tree.flatten(f(*a))[0]):
             term = wnp.sum(w * leaf)
@@ -124,7 +125,7 @@ def check_grads(f, args, order=1, modes=("rev",), eps=1e-6, rtol=1e-5, atol=1e-6
     if unknown or not modes:
         raise ValueError(f"check_grads: modes must be a tuple of 'fwd' and 'rev', got {modes!r}")
     args = tuple(tree.map(_to_float64, a) for a in (args if isinstance(args, (tuple, list)) else (args,)))
-    names = _argnames(f, len(args))
+    names = argnames(f, len(args))
     flat = [tree.flatten_with_paths(a) for a in args]
     # the checked function takes the floating-point leaves only, one positional argument each
     slots = [(argnum, k) for argnum, (pairs, _) in enumerate(flat)
@@ -158,7 +159,6 @@ def _check_forward(f, xs, fname, order, eps, rtol, atol, seed):
     With ``order=2`` the JVP of the gradient (a Hessian-vector product by forward over reverse) is
     checked the same way.
     """
-    from .forward import jvp
     rng = np.random.default_rng(seed + 1000)
     scalar_f = _scalarize(f, xs, rng)
     fns = [(scalar_f, "the directional derivative")]
@@ -167,7 +167,6 @@ def _check_forward(f, xs, fname, order, eps, rtol, atol, seed):
         w = [rng.standard_normal(np.shape(x)) for x in xs]
 
         def grad_along(*a):
-            from .. import numpy as wnp
             total = 0.0
             for g, d in zip(grad(scalar_f, argnums=argnums)(*a), w):
                 total = total + wnp.sum(g * d)
@@ -227,7 +226,6 @@ def _check(f, xs, labels, fname, order, level, eps, rtol, atol, max_elements, se
         grad_f = grad(scalar_f, argnums=argnums)
 
         def directional(*a):
-            from .. import numpy as wnp
             total = 0.0
             for g, d in zip(grad_f(*a), directions):
                 total = total + wnp.sum(g * d)

@@ -29,6 +29,9 @@ from ..core import tree
 from ..core.errors import WengertError
 from ..core.trace import Primitive, Tracer, bind, dtype_of, open_levels, shape_of, unbox
 from ..primitives._batching import NeedsLoop, one_batch_axis
+from .. import numpy as wnp
+from .batching import batched_call, vmap
+from .reverse import grad
 
 
 class CustomGradientError(WengertError, ValueError):
@@ -68,8 +71,6 @@ def _custom_jvp_rule(tangents, ans, args, params):
     ``g`` of ``<bwd(res, g), t>`` is ``J t``. That needs ``bwd`` written with wengert.numpy."""
     fn, in_def, nondiff = params["spec"]
     res, out_def, avals = params["box"]
-    from .. import numpy as wnp
-    from .reverse import grad
     if isinstance(fn, op):
         raise CustomGradientError(
             f"{fn._describe()} has no forward mode (jvp, jacfwd, hvp, hessian): its pullback is plain "
@@ -125,8 +126,6 @@ def _over_the_batch(fn, in_def, nondiff, batched, vals, size, out_def):
     """A custom_vjp of the input leaves ``vals`` (batch of ``size`` on axis 0 where ``batched``)
     giving ``fn``'s output leaves for every example; ``out_def[0]`` receives the output's tree
     structure."""
-    from .. import numpy as wnp
-    from .batching import batched_call, vmap
     axes = tuple(0 if b else None for b in batched)
     avals = [(tuple(shape_of(v))[1:] if b else tuple(shape_of(v)), dtype_of(v)) for v, b in zip(vals, batched)]
     res_axes = [None]

@@ -26,6 +26,12 @@ from ..core.errors import LeakedTracerError, NoDerivativeError
 from ..core.mutation import ADVICE, InPlaceWriteError, check_not_stale, refuse_writes_into_inputs, root
 from ..core.trace import Trace, Tracer, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
+from .. import numpy as wnp
+from ..primitives.complex import real
+from ..primitives.scatter import scatter_set
+from ..primitives.shape import astype, broadcast_to
+from . import batching
+from .reverse import value_and_grad
 
 
 class JVPTrace(Trace):
@@ -96,7 +102,6 @@ class JVPTrace(Trace):
         if type(plain) is Tracer or type(x.value) is Tracer:
             raise InPlaceWriteError("In-place writes are supported under a single transform only. " + ADVICE)
         x.value[index] = plain
-        from ..primitives.scatter import scatter_set
         old = x.aux if x.aux is not None else np.zeros_like(x.value)
         new = value.aux if ours else np.zeros((), x.value.dtype)
         x.aux = scatter_set(old, new, index=index)
@@ -175,12 +180,9 @@ def _fit(t, ans):
         return None
     shape = shape_of(ans)
     if shape_of(t) != shape:
-        from ..primitives.shape import broadcast_to
         t = broadcast_to(t, shape=tuple(shape))
     t_dtype = dtype_of(t)
     if t_dtype != dtype:
-        from ..primitives.complex import real
-        from ..primitives.shape import astype
         if np.issubdtype(t_dtype, np.complexfloating) and not np.issubdtype(dtype, np.complexfloating):
             t = real(t)
         if dtype_of(t) != dtype:
@@ -281,7 +283,6 @@ def linearize(f, *primals):
                 if cts[k] is None:
                     cts[k] = _zeros_like(leaf)
             in_cts = tree.flatten(vjp_fn(tree.unflatten(out_def, cts)))[0]
-            from .. import numpy as wnp
             total = 0.0
             for c, t in zip(in_cts, t_leaves):
                 if c is not None and t is not None:
@@ -301,8 +302,6 @@ def linearize(f, *primals):
 
 def _pairing_grad(pairing, seeds):
     """Gradient of the pairing in the cotangents; zeros when ``f``'s output does not depend on its inputs."""
-    from .. import numpy as wnp
-    from .reverse import value_and_grad
 
     def scalar(cts):
         total = pairing(cts)
@@ -369,7 +368,6 @@ def jacfwd(f, argnums=0):
 
 def _batched(fn, basis, n):
     """``stack([fn(basis[i]) for i in range(n)])`` as one batched call when vmap can run it."""
-    from . import batching
     flat = [([basis], [0], tree.LEAF)]
     try:
         return batching._run_batched(fn, flat, n, 0)
@@ -379,7 +377,6 @@ def _batched(fn, basis, n):
 
 def _to_block(batched_leaf, in_shape):
     """A (n, *out_shape) stack of JVP columns as the (*out_shape, *in_shape) Jacobian block."""
-    from .. import numpy as wnp
     out_shape = tuple(shape_of(batched_leaf))[1:]
     nd = len(out_shape)
     xp = wnp if type(batched_leaf) is Tracer else np

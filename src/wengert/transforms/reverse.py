@@ -15,9 +15,10 @@ from ..core.backward import backward
 from ..core.mutation import root
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
 from ..core.trace import Tracer, close_trace, collector_paused, new_input, new_trace, shape_of, unbox
+from .. import numpy as wnp
 
 
-def _argnames(f, count):
+def argnames(f, count):
     try:
         params = list(inspect.signature(f).parameters.values())
     except (TypeError, ValueError):
@@ -33,7 +34,7 @@ def _argnames(f, count):
 
 
 def _describe(f, argnum, path):
-    names = _argnames(f, argnum + 1)
+    names = argnames(f, argnum + 1)
     name = f" ({names[argnum]})" if names[argnum] else ""
     return f"argument {argnum}{name}{tree.path_str(path)}"
 
@@ -76,7 +77,7 @@ def _normalize_argnums(argnums, nargs, f):
     nums = tuple(a % nargs for a in nums)
     for k, a in enumerate(nums):
         if a in nums[:k]:
-            name = _argnames(f, a + 1)[a]
+            name = argnames(f, a + 1)[a]
             raise ValueError(
                 f"argnums={argnums!r} names argument {a}{f' ({name})' if name else ''} twice; list each "
                 "argument once (the gradient with respect to it comes back once)")
@@ -336,7 +337,6 @@ def jacobian(f, argnums=0, has_aux=False):
 
 def _stack(pieces):
     if any(type(p) is Tracer for p in pieces):
-        from .. import numpy as wnp
         return wnp.stack(pieces)
     return np.stack([np.asarray(p) for p in pieces])
 
