@@ -166,6 +166,29 @@ def test_buffer_at_and_in_place_writes():
         assert_trees_close(wg.jit(wg.grad(f))(x), wg.grad(f)(x))
 
 
+def test_updates_never_write_into_the_callers_arrays():
+    # the in-place pass writes only into arrays the program made: an input that is dead after a
+    # functional update is still the caller's
+    def at_set(x):
+        return wnp.sum(x.at[0].set(5.0) * 2)
+
+    def buffer(x):
+        b = wg.Buffer(x)
+        b[1] = x[0] * 3
+        return wnp.sum(b.freeze())
+
+    def grad_reads_columns(x):
+        return wnp.sum(x[:, 0] * x[:, 1])
+
+    for fn, shape in ((at_set, (3,)), (buffer, (3,)), (grad_reads_columns, (3, 2))):
+        for jitted in (wg.jit(fn), wg.jit(wg.value_and_grad(fn))):
+            x = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
+            before = x.copy()
+            first, second = jitted(x), jitted(x)
+            np.testing.assert_array_equal(x, before)
+            assert repr(first) == repr(second)
+
+
 def test_custom_vjp_checkpoint_nn_linalg_fft_complex_scipy():
     import wengert.nn as nn
     import wengert.scipy.special as sp
