@@ -619,15 +619,19 @@ def bind(prim, args, params):
     return out
 
 
+def apply(prim, vals, params):
+    """``prim`` on values unwrapped from one level: its implementation, or the primitive again when
+    values of outer levels remain (so that those levels see it). ``bind`` inlines this."""
+    for v in vals:
+        if type(v) is Tracer:
+            return prim(*vals, **params)
+    return prim.impl(*vals, **params)
+
+
 def apply_and_record(trace, prim, vals, parents, params):
     """bind's second half on a reverse level: run ``prim`` on the unwrapped ``vals``, record one tape
     entry (keeping what the rules read) and wrap the answer. ``bind`` inlines the same lines."""
-    for v in vals:
-        if type(v) is Tracer:
-            ans = prim(*vals, **params)
-            break
-    else:
-        ans = prim.impl(*vals, **params)
+    ans = apply(prim, vals, params)
     if not prim.records:
         return ans
     n = len(vals)

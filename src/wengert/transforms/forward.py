@@ -24,7 +24,7 @@ import numpy as np
 from ..core import tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
 from ..core.mutation import ADVICE, InPlaceWriteError, check_not_stale, refuse_writes_into_inputs, root
-from ..core.trace import Trace, Tracer, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
+from ..core.trace import Trace, Tracer, apply, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
 from .. import numpy as wnp
 from ..primitives.complex import real
@@ -59,12 +59,7 @@ class JVPTrace(Trace):
             raise LeakedTracerError(prim.name)
         if self.written is not None:
             check_not_stale(self, args, prim)
-        for v in vals:
-            if type(v) is Tracer:
-                ans = prim(*vals, **params)
-                break
-        else:
-            ans = prim.impl(*vals, **params)
+        ans = apply(prim, vals, params)
         tangents = [None] * len(vals)
         for position, _ in parents:
             tangents[position] = args[position].aux
