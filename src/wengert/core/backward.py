@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import NeedsLoop
-from .trace import OBSERVER, Tracer, _Select
+from .trace import OBSERVER, Tracer, _Select, is_batched
 
 
 def indexed_cotangent(index, g, shape, dtype):
@@ -100,11 +100,7 @@ def _carries_a_batch(g):
     """Is ``g`` (or an element of a multiple-result cotangent) a value of a vmap level?"""
     if type(g) is tuple or type(g) is list:
         return any(_carries_a_batch(x) for x in g)
-    while type(g) is Tracer:
-        if g._trace.hidden_axes:
-            return True
-        g = g.value
-    return False
+    return is_batched(g)
 
 
 def backward(tape, seeds, keep_tape=False):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import LeakedTracerError, NeedsLoop, WengertError
-from .trace import Tracer
+from .trace import Tracer, is_batched
 
 
 class InPlaceWriteError(WengertError, RuntimeError):
@@ -27,14 +27,6 @@ class InPlaceWriteError(WengertError, RuntimeError):
 class BatchedInPlaceWriteError(InPlaceWriteError, NeedsLoop):
     """A write the batched run cannot record (a NeedsLoop, so vmap runs the function once per
     example instead, where the write is under a single transform)."""
-
-
-def _batched(x):
-    while type(x) is Tracer:
-        if x._trace.hidden_axes:
-            return True
-        x = x.value
-    return False
 
 
 ADVICE = ("Use x.at[idx].set(v), which returns a new array, or write into a copy "
@@ -105,7 +97,7 @@ def write_in_place(x, index, value, write_prim):
 def _record_write(x, index, value, write_prim):
     trace = x._trace
     if type(x.value) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
-        if _batched(x) or _batched(value):
+        if is_batched(x) or is_batched(value):
             raise BatchedInPlaceWriteError(
                 "an in-place write into values that vmap batches, under another transform")
         raise InPlaceWriteError(

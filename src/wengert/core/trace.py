@@ -270,6 +270,15 @@ def unbox(x):
     return x
 
 
+def is_batched(x):
+    """Does ``x`` carry a vmap level's batch axes (a level with hidden axes in its chain of tracers)?"""
+    while type(x) is Tracer:
+        if x._trace.hidden_axes:
+            return True
+        x = x.value
+    return False
+
+
 def shape_of(x):
     """``x``'s shape; a tracer's ``shape`` (inside vmap, one example's)."""
     return x.shape if type(x) is Tracer else np.shape(x)

@@ -112,15 +112,6 @@ def concrete(x):
     return x
 
 
-def is_batched(x):
-    """Does ``x`` carry a vmap level's batch axes (a tracer of a level with hidden axes in its chain)?"""
-    while type(x) is Tracer:
-        if x._trace.hidden_axes:
-            return True
-        x = x.value
-    return False
-
-
 def _advanced(i):
     return isinstance(i, (np.ndarray, list)) or (type(i) is Tracer)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.trace import Tracer, unbox
-from ._batching import NeedsLoop, batched_index, is_batched, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
+from ..core.trace import Tracer, is_batched, unbox
+from ._batching import NeedsLoop, batched_index, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
 from ._table import defprim, unbroadcast
 from .shape import is_basic, getitem, index_add, reshape
 
