@@ -17,6 +17,7 @@ import argparse
 import time
 
 import numpy as np
+from timing import interleaved_medians
 
 import wengert as wg
 import wengert.numpy as wnp
@@ -47,15 +48,7 @@ def _clock(kind):
 
 def _measure(cases, repeat, clock):
     """Median time of each case (microseconds), cases interleaved so load skews them alike."""
-    for fn in cases.values():
-        fn()
-    times = {name: [] for name in cases}
-    for _ in range(repeat):
-        for name, fn in cases.items():
-            t0 = clock()
-            fn()
-            times[name].append(clock() - t0)
-    return {name: float(np.median(v)) * 1e6 for name, v in times.items()}
+    return interleaved_medians(cases, repeat, clock, scale=1e6)
 
 
 def rows(repeat, clock):

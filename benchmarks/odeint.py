@@ -24,6 +24,7 @@ import argparse
 import time
 
 import numpy as np
+from timing import interleaved_medians
 
 import wengert as wg
 import wengert.numpy as wnp
@@ -68,15 +69,7 @@ def rk4_loss(steps):
 
 def _measure(cases, repeat, clock):
     """Median time of each case (milliseconds), cases interleaved so load skews them alike."""
-    for fn in cases.values():
-        fn()
-    times = {name: [] for name in cases}
-    for _ in range(repeat):
-        for name, fn in cases.items():
-            t0 = clock()
-            fn()
-            times[name].append(clock() - t0)
-    return {name: float(np.median(v)) * 1e3 for name, v in times.items()}
+    return interleaved_medians(cases, repeat, clock, scale=1e3)
 
 
 def _tape_entries(loss, args):

@@ -17,6 +17,7 @@ import time
 import warnings
 
 import numpy as np
+from timing import interleaved_medians
 
 import wengert as wg
 import wengert.numpy as wnp
@@ -33,15 +34,7 @@ def curved(v):
 
 def _measure(cases, repeat):
     """Median time of each case (microseconds), cases interleaved so load skews them alike."""
-    for fn in cases.values():
-        fn()
-    times = {name: [] for name in cases}
-    for _ in range(repeat):
-        for name, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(v)) * 1e6 for name, v in times.items()}
+    return interleaved_medians(cases, repeat, time.perf_counter, scale=1e6)
 
 
 def rows(repeat, batch):
