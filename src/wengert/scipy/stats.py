@@ -385,11 +385,16 @@ chi2 = _Chi2()
 class _Poisson(_Dist):
     name = "poisson"
 
-    def _logpmf(self, k, mu, loc=0):
+    @staticmethod
+    def _count(k, loc):
+        """``k - loc`` as a plain array: counts are integers and take no derivative."""
         if type(k) is Tracer or type(loc) is Tracer:
             raise NoDerivativeError("the derivative of scipy.stats.poisson with respect to k or loc "
                                     "(they are integers)")
-        k = np.asarray(k) - np.asarray(loc)
+        return np.asarray(k) - np.asarray(loc)
+
+    def _logpmf(self, k, mu, loc=0):
+        k = self._count(k, loc)
         ok = (k >= 0) & (k == np.floor(k))
         ks = np.where(ok, k, 0)
         out = S.xlogy(ks, mu) - S.gammaln(ks + 1) - mu
@@ -397,10 +402,7 @@ class _Poisson(_Dist):
         return _nan_where(out, _plain(mu) < 0)
 
     def _cdf(self, k, mu, loc=0):
-        if type(k) is Tracer or type(loc) is Tracer:
-            raise NoDerivativeError("the derivative of scipy.stats.poisson with respect to k or loc "
-                                    "(they are integers)")
-        k = np.floor(np.asarray(k) - np.asarray(loc))
+        k = np.floor(self._count(k, loc))
         ok = k >= 0
         out = S.gammaincc(np.where(ok, k, 0) + 1, mu)
         out = _select(ok, out, 0.0)
@@ -408,10 +410,7 @@ class _Poisson(_Dist):
 
     def _sf(self, k, mu, loc=0):
         """P(K > k) = P(k + 1, mu), the regularized lower incomplete gamma function."""
-        if type(k) is Tracer or type(loc) is Tracer:
-            raise NoDerivativeError("the derivative of scipy.stats.poisson with respect to k or loc "
-                                    "(they are integers)")
-        k = np.floor(np.asarray(k) - np.asarray(loc))
+        k = np.floor(self._count(k, loc))
         ok = k >= 0
         out = S.gammainc(np.where(ok, k, 0) + 1, mu)
         out = _select(ok, out, 1.0)
