@@ -619,6 +619,12 @@ case("np.logaddexp2.reduce keepdims", lambda x: np.logaddexp2.reduce(x, axis=0, 
 case("np.hypot.reduce (a fold)", lambda x: np.hypot.reduce(x, axis=0), nonzero(3, 2))
 case("np.maximum.accumulate (a scan)", lambda x: np.maximum.accumulate(x, axis=0), distinct(4, 2))
 case("np.subtract.outer", lambda a, b: np.subtract.outer(a, b), real(3), real(2, 2))
+case("np.add.reduceat", lambda x: np.add.reduceat(x, [0, 2, 2, 3], axis=1), real(2, 5), order2=True)
+case("np.multiply.reduceat", lambda x: np.multiply.reduceat(x, np.array([3, 0, 2])), near1(4, 2))
+case("np.maximum.reduceat", lambda x: np.maximum.reduceat(x, [1, 3], axis=-1), distinct(2, 4))
+case("np.minimum.reduceat", lambda x: np.minimum.reduceat(x, [0, 2]), distinct(4, 2))
+case("np.logaddexp.reduceat", lambda x: np.logaddexp.reduceat(x, [0, 1, 4], axis=0), real(5, 2), order2=True)
+case("np.hypot.reduceat (a fold)", lambda x: np.hypot.reduceat(x, [0, 2]), nonzero(3))
 case("np.add.reduce initial", lambda x: np.add.reduce(x, axis=None, initial=1.5), real(2, 2))
 
 # duplicated values: the first occurrence gets the gradient (unique's convention)
@@ -843,6 +849,15 @@ def test_numpy_function_without_a_rule_names_it():
         wg.grad(lambda x: wnp.sum(wnp.putmask(x, x > 1, 0.0) or x))(np.arange(1.0, 4.0))
     with pytest.raises(TypeError, match="gradient"):
         wg.grad(lambda x: np.asarray(x).sum())(np.arange(3.0))
+
+
+@pytest.mark.parametrize("name, build", [("r_", lambda x: np.r_[x, 1.0]), ("c_", lambda x: np.c_[x, x]),
+                                         ("r_", lambda x: np.r_["0,2", 2.0, x])])
+def test_numpy_r_and_c_with_traced_pieces_name_wengerts_spelling(name, build):
+    """NumPy's r_ and c_ call np.array on each piece, which no protocol routes to wengert: the error
+    names the user's line and wnp.r_ / wnp.c_, which take the same syntax."""
+    with pytest.raises(wg.TracerConversionError, match=rf"np\.{name}\[\.\.\.\].*test_numpy_grads.py.*wnp\.{name}\["):
+        wg.grad(lambda x: wnp.sum(build(x)))(np.arange(3.0))
 
 
 @pytest.mark.parametrize("mode", ["linear_ramp", "median", "empty"])

@@ -121,3 +121,63 @@ def test_numpy_reaches_each_differentiable_function_through_its_protocols():
 def test_a_refused_function_names_itself(qualified, call):
     with pytest.raises(wg.NoDerivativeError, match=qualified):
         wg.grad(lambda x: wnp.sum(call(x)))(np.array([1.0, -3.0, 2.0, 0.5]))
+
+
+# The methods of a differentiable binary ufunc (np.add.reduceat(x, idx), np.hypot.accumulate(x), ...):
+# each works on traced values, except these, refused with the reason
+REFUSED_UFUNC_METHODS = {
+    # it writes into its first argument in place, as np.put does (refused above for the same reason);
+    # the refusal names x.at[idx].add(v), JAX's functional spelling, which works under every transform
+    "at": "in-place write",
+}
+_UFUNC_METHOD_CALLS = {
+    "reduce": lambda u, x: u.reduce(x, axis=1), "accumulate": lambda u, x: u.accumulate(x, axis=0),
+    "reduceat": lambda u, x: u.reduceat(x, [0, 2, 2], axis=1), "outer": lambda u, x: u.outer(x[0], x[1]),
+    "at": lambda u, x: u.at(x, [0, 0], x[1]),
+}
+
+
+def _fold(u, items):
+    out = items[0]
+    for item in items[1:]:
+        out = u(out, item)
+    return out
+
+
+# the documented meaning of each call above, spelled with the ufunc's plain calls: NumPy 2.4's own
+# reduce of a contiguous axis gives x[0] op x[-1] for power and arctan2, not the left fold its
+# documentation describes, so the fold is the reference
+_UFUNC_METHOD_MEANINGS = {
+    "reduce": lambda u, x: _fold(u, list(x.T)),
+    "accumulate": lambda u, x: np.stack([_fold(u, list(x[:k + 1])) for k in range(len(x))]),
+    "reduceat": lambda u, x: np.stack([_fold(u, list(x[:, :2].T)), x[:, 2], _fold(u, list(x[:, 2:].T))], axis=1),
+    "outer": lambda u, x: u(x[0][:, None], x[1]),
+}
+
+
+def _differentiable_binary_ufuncs():
+    for qualified, fn in _all_numpy_functions():
+        if (isinstance(fn, np.ufunc) and fn.nin == 2 and fn.nout == 1 and fn.signature is None
+                and _placement(qualified, fn) == "differentiable"):
+            yield qualified, fn
+
+
+@pytest.mark.parametrize("method", sorted(_UFUNC_METHOD_CALLS))
+def test_every_method_of_a_differentiable_ufunc_is_placed(method):
+    x = np.random.default_rng(3).uniform(0.5, 2.0, (3, 4))
+    call = _UFUNC_METHOD_CALLS[method]
+    checked = []
+    for qualified, u in _differentiable_binary_ufuncs():
+        try:
+            call(u, x.copy())
+        except TypeError:
+            continue   # NumPy has no such loop for floats (ldexp's integer exponent, ...)
+        if method in REFUSED_UFUNC_METHODS:
+            with pytest.raises(wg.NoDerivativeError, match=rf"numpy\.{u.__name__}\.{method}"):
+                wg.vjp(lambda v: call(u, v), x)
+            continue
+        out, _ = wg.vjp(lambda v: call(u, v), x)
+        np.testing.assert_allclose(out, _UFUNC_METHOD_MEANINGS[method](u, x), rtol=1e-12,
+                                   err_msg=f"{qualified}.{method}")
+        checked.append(qualified)
+    assert method in REFUSED_UFUNC_METHODS or len(checked) >= 15

@@ -1143,6 +1143,34 @@ def ufunc_accumulate(binary, name, x, axis=0, dtype=None, out=None):
     return F.stack(partial, axis=axis)
 
 
+def ufunc_reduceat(binary, name, x, indices, axis=0, dtype=None, out=None):
+    """``ufunc.reduceat``: NumPy's segments (``x[i:j]`` reduced for each ``i < j`` of consecutive
+    indices, ``x[i]`` alone where ``i >= j``, the last from ``i`` to the end), each segment one
+    ``reduce`` of the table, stacked along ``axis``."""
+    F._unsupported(f"{name}.reduceat", out=out)
+    x = _operand(x)
+    if dtype is not None:
+        x = F.astype(x, dtype)
+    starts = np.asarray(unbox_all(indices))
+    if starts.ndim != 1 or not np.issubdtype(starts.dtype, np.integer):
+        raise TypeError(f"{name}.reduceat: indices must be a 1-d array of integers, got {starts!r}")
+    ndim = _ndim(x)
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(axis, ndim)
+    axis %= ndim
+    size = _shape(x)[axis]
+    if np.any((starts < 0) | (starts >= size)):
+        raise IndexError(f"{name}.reduceat: index out of bounds for axis {axis} of size {size}: {starts}")
+    ends = np.append(starts[1:], size)
+    segments = []
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        if start < end:
+            segments.append(ufunc_reduce(binary, name, x[_axis_slice(ndim, axis, slice(start, end))], axis=axis))
+        else:
+            segments.append(x[_axis_slice(ndim, axis, start)])
+    return F.stack(segments, axis=axis)
+
+
 def ufunc_outer(binary, name, a, b, **kwargs):
     F._unsupported(f"{name}.outer", **kwargs)
     a, b = _operand(a), _operand(b)
@@ -1284,6 +1312,6 @@ def histogram2d(x, y, bins=10, range=None, density=None, weights=None):  # noqa:
     return hist, edges[0], edges[1]
 
 
-_NOT_EXPORTED = {"annotations", "builtins", "functools", "importlib", "operator", "constant", "ufunc_reduce", "ufunc_accumulate",
+_NOT_EXPORTED = {"annotations", "builtins", "functools", "importlib", "operator", "constant", "ufunc_reduce", "ufunc_accumulate", "ufunc_reduceat",
                  "ufunc_outer", "np", "Tracer", "dtype_of", "unbox", "E", "elementwise_constant", "nondiff", "unbox_all", "F", "traceable"}
 __all__ = [n for n in list(globals()) if not n.startswith("_") and n not in _NOT_EXPORTED]

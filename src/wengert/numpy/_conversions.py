@@ -24,6 +24,8 @@ import linecache
 import sys
 import warnings
 
+import numpy as np
+
 from ..core.errors import GradientDroppedWarning, TracerConversionError
 from ..core.trace import Primitive, Tracer
 
@@ -104,9 +106,20 @@ def check_number(x, how, depth):
                            module_globals=frame.f_globals)
 
 
+# np.r_[...] and np.c_[...] turn each piece into a plain array with np.array, which no protocol
+# routes to wengert (it must return an ndarray); wnp.r_ and wnp.c_ are the same objects for traced pieces
+_CONCATENATOR_ITEM = type(np.r_).__getitem__.__code__
+
+
 def array_refusal(depth):
     """The error for NumPy converting a traced value into a plain array (``__array__``)."""
     caller = sys._getframe(depth + 1)
+    if caller.f_code is _CONCATENATOR_ITEM:
+        name = "c_" if isinstance(caller.f_locals.get("self"), type(np.c_)) else "r_"
+        return TracerConversionError(
+            f"np.{name}[...] was given a traced value at {where(user_frame(caller.f_back))}: NumPy turns each "
+            f"piece into a plain array (np.array), which drops its gradient. Write wnp.{name}[...] "
+            f"(wengert.numpy's {name}, the same syntax), which keeps it.")
     if caller.f_code is _PRIMITIVE_CALL:
         name = caller.f_locals["self"].name
         return TracerConversionError(

@@ -118,6 +118,8 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if kwargs:
             raise TypeError(f"numpy.{ufunc.__name__}: the options {sorted(kwargs)} are not supported on traced values")
         return fn(*inputs)
+    if method == "at":
+        raise _at_refusal(ufunc)
     method_of = _UFUNC_METHODS.get(method)
     fn = UFUNCS.get(ufunc)
     if method_of is None or fn is None or getattr(fn, "nondiff", False) or ufunc.nin != 2:
@@ -126,10 +128,29 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     return method_of(fn, ufunc.__name__, *inputs, **kwargs)
 
 
-# reduce, accumulate and outer of a differentiable binary ufunc; reduceat and at stay refused
-# (reduceat's segments and at's in-place writes have no traced version)
+# reduce, accumulate, reduceat and outer of a differentiable binary ufunc (``at``: _at_refusal)
 _UFUNC_METHODS = {"reduce": _compositions.ufunc_reduce, "accumulate": _compositions.ufunc_accumulate,
-                  "outer": _compositions.ufunc_outer}
+                  "reduceat": _compositions.ufunc_reduceat, "outer": _compositions.ufunc_outer}
+
+# ``ufunc.at`` writes into its first argument in place, like np.put and np.copyto, which wengert
+# refuses for the reason tests/test_numpy_surface.py gives (x[idx] = v works under one transform
+# only); JAX's functional spelling is the one that works under every transform
+_AT_SPELLING = {"add": "x = x.at[idx].add(v)", "subtract": "x = x.at[idx].add(-v)",
+                "multiply": "x = x.at[idx].multiply(v)", "maximum": "x = x.at[idx].max(v)",
+                "minimum": "x = x.at[idx].min(v)"}
+
+
+def _at_refusal(ufunc):
+    name = ufunc.__name__
+    if ufunc.nin == 1:
+        spelling = f"x = x.at[idx].set({name}(x[idx]))"
+    else:
+        spelling = _AT_SPELLING.get(name, f"x = x.at[idx].set({name}(x[idx], v))")
+    return NoDerivativeError(f"{_ufunc_name(ufunc)}.at", (
+        f"{_ufunc_name(ufunc)}.at(x, idx, ...) writes into x in place, which wengert does not differentiate "
+        f"(as np.put and np.copyto). Write the update as a new array: {spelling}, which works under every "
+        "transform (x.at[idx].add accumulates repeated indices, as np.add.at does; for a plain x, "
+        "wg.at(x)[idx] spells x.at[idx])."))
 
 
 def _ufunc_name(ufunc):
