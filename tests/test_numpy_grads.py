@@ -521,6 +521,31 @@ case("cross", wnp.cross, real(4, 3), real(3), order2=True)
 case("cross 2-d vectors", wnp.cross, real(3, 2), real(3, 2))
 case("cross 2 and 3, axes", lambda a, b: wnp.cross(a, b, axisa=0, axisc=0), real(2, 4), real(4, 3))
 case("cross axis", lambda a, b: wnp.cross(a, b, axis=0), real(3, 2), real(3, 2))
+
+
+def _phase_free(usv, k=None):
+    """What the SVD of a complex matrix determines: each singular vector is known up to a phase
+    (shared by u_i and v_i), so |U|^2, |Vh|^2, s and the reconstruction, never U itself."""
+    u, s, vh = usv
+    u, vh = u[..., :k], vh[..., :k, :]
+    return wnp.abs(u) ** 2, s, (u * s[..., None, :]) @ vh, wnp.abs(vh) ** 2
+
+
+case("svd complex", lambda x, y: _phase_free(wnp.linalg.svd(x + 1j * y)), real(3, 3), real(3, 3), order2=True)
+case("svd complex tall full_matrices", lambda x, y: _phase_free(wnp.linalg.svd(x + 1j * y), 2), real(4, 2), real(4, 2),
+     order2=True)
+case("svd complex wide reduced", lambda x, y: _phase_free(wnp.linalg.svd(x + 1j * y, full_matrices=False)),
+     real(2, 4), real(2, 4), order2=True)
+case("svd complex rank-1 piece", lambda x, y: (lambda u, s, vh: u[:, :1] * vh[:1])(*wnp.linalg.svd(x + 1j * y)),
+     real(3, 2), real(3, 2))
+case("svd complex values", lambda x, y: wnp.linalg.svd(x + 1j * y, compute_uv=False), real(3, 4), real(3, 4),
+     order2=True)
+case("nuclear norm complex", lambda x, y: wnp.linalg.norm(x + 1j * y, "nuc"), real(3, 3), real(3, 3), order2=True)
+case("qr complex", lambda x, y: wnp.linalg.qr(x + 1j * y), real(4, 3), real(4, 3), order2=True)
+case("qr complex wide", lambda x, y: wnp.linalg.qr(x + 1j * y), real(2, 3), real(2, 3), order2=True)
+case("qr complex complete", lambda x, y: (lambda q, r: (q[:, :2], r))(*wnp.linalg.qr(x + 1j * y, "complete")),
+     real(4, 2), real(4, 2))
+case("qr complex r", lambda x, y: wnp.linalg.qr(x + 1j * y, mode="r"), real(3, 3), real(3, 3))
 case("linalg.cross", lambda a, b: wnp.linalg.cross(a, b, axis=0), real(3, 2), real(3, 1))
 case("unwrap", lambda p: wnp.unwrap(p * 4), real(6))
 case("append", wnp.append, real(2, 3), real(2))

@@ -166,16 +166,6 @@ def multi_dot(arrays, *, out=None):
 
 
 # --- factorizations ---------------------------------------------------------------------------------
-def _real_only(a, name):
-    """The rules of the Hermitian and singular-value factorizations assume real matrices."""
-    if _np.iscomplexobj(_unbox(a)):
-        raise NotImplementedError(
-            f"wengert.numpy.linalg.{name}: gradients for complex matrices are not implemented (its rule "
-            "assumes a real matrix); inv, solve, det, slogdet, pinv, lstsq and products do take complex "
-            "values (docs/complex.md)")
-    return a
-
-
 @_traceable(_npl.cholesky)
 def cholesky(a, /, *, upper=False):
     """Differentiates NumPy's function, which reads only the lower (``upper=True``: upper) triangle."""
@@ -232,7 +222,6 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
         return _hermitian_svd(a, compute_uv)
     if not compute_uv:  # complex too: Re diag(U^H dA V) does not depend on the vectors' phases
         return _L.svdvals(a)
-    a = _real_only(a, "svd")
     return _wrap(_SVD, _L.svd(a, full_matrices=bool(full_matrices)))
 
 
@@ -247,7 +236,7 @@ def qr(a, mode="reduced"):
                 f"wengert.numpy.linalg.qr: mode={mode!r} (Householder reflectors) is not differentiable "
                 "here; use mode='reduced'")
         raise ValueError(f"Unrecognized mode '{mode}'")
-    q, r = _L.qr(_real_only(_operand(a), "qr"), mode="reduced" if mode == "r" else mode)
+    q, r = _L.qr(_operand(a), mode="reduced" if mode == "r" else mode)
     return r if mode == "r" else _wrap(_QR, (q, r))
 
 

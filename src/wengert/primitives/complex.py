@@ -32,7 +32,9 @@ def _is_complex(x):
 # to a batch of tangents).
 real = defprim(np.real, lambda g, ans, x: real_part(g) + 0j, name="real", linear=True, batch=unary_rule,
                batched_vjp=True)
-imag = defprim(np.imag, lambda g, ans, x: -1j * real_part(g), name="imag", linear=True, batch=unary_rule,
+# real_part(g) first: a 0-d cotangent may be an np.float64, a float subclass, which Python's complex
+# would multiply into a Python complex (no dtype) if it came second
+imag = defprim(np.imag, lambda g, ans, x: real_part(g) * -1j, name="imag", linear=True, batch=unary_rule,
                batched_vjp=True)
 conj = defprim(np.conjugate, lambda g, ans, x: conj(g), name="conjugate", linear=True,
                batch=elementwise_rule, batched_vjp=True)

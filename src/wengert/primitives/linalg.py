@@ -140,11 +140,12 @@ def _rows(start, stop=None):
 
 def _complement_tangent(basis, d_basis, rest, axis):
     """The tangent of the columns (axis -1; rows: axis -2) ``rest`` completing an orthonormal
-    ``basis`` that moves by ``d_basis``: ``-basis d_basis^T rest``, the least motion that keeps them
+    ``basis`` that moves by ``d_basis``: ``-basis d_basis^H rest``, the least motion that keeps them
     orthonormal (see the module docstring)."""
+    d_h = _mH(d_basis) if _is_complex(basis) else _mT(d_basis)
     if axis == -1:
-        return -matmul(basis, matmul(_mT(d_basis), rest))
-    return -matmul(matmul(rest, _mT(d_basis)), basis)
+        return -matmul(basis, matmul(d_h, rest))
+    return -matmul(matmul(rest, d_h), basis)
 
 
 def _check_unused(g, index, what):
@@ -442,20 +443,26 @@ def _svd(x, full_matrices=True):
     return np.linalg.svd(x, full_matrices=full_matrices)
 
 
-def _real_svd(x):
-    """The SVD rules assume a real matrix. Complex ones reach them only from inside other rules
-    (lstsq's singular values, det's cofactors), differentiated a second time."""
-    if _is_complex(x):
-        raise NotImplementedError("wengert.numpy.linalg: derivatives of the SVD of a complex matrix are not "
-                                  "implemented (here the second derivative of lstsq's singular values or of det "
-                                  "at a near-singular complex matrix)")
+def _standard_cotangents(x, *cotangents):
+    """The rules of svd and qr are written in the conjugating convention (a cotangent G pairs with
+    a perturbation as Re tr(G^H dY), the one the literature uses). wengert pairs without the
+    conjugate (docs/complex.md), so for a complex matrix the cotangents come in conjugated and the
+    result goes out conjugated; for a real one the two conventions are the same."""
+    if not _is_complex(x):
+        return cotangents
+    return tuple(None if c is None else conj(c) for c in cotangents)
 
 
 def _svd_vjp(g, ans, x, full_matrices=True):
-    """Townsend 2016, for U (M, K), s (K,), Vt (K, N), K = min(M, N)."""
-    _real_svd(x)
+    """Townsend 2016, for U (M, K), s (K,), Vh (K, N), K = min(M, N); complex matrices: the
+    transpose of the JVP below, whose gauge term ``i Im diag(U^H gU) / s`` keeps the result exact
+    for losses that do not depend on the singular vectors' phases."""
     u, s, vt = ans
-    gu, gs, gvt = g
+    gu, gs, gvt = _standard_cotangents(x, *g)
+    cx = _is_complex(x)
+    h = _mH if cx else _mT
+    if cx:
+        gs = real(gs) if _is_complex(gs) else gs
     m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vt)[-1]
     if full_matrices and m != n:
         _check_unused(gu, _columns(k), "svd: with full_matrices=True, the columns of U beyond min(M, N)")
@@ -463,23 +470,27 @@ def _svd_vjp(g, ans, x, full_matrices=True):
         u, gu = getitem(u, index=_columns(0, k)), getitem(gu, index=_columns(0, k))
         vt, gvt = getitem(vt, index=_rows(0, k)), getitem(gvt, index=_rows(0, k))
     f = _inverse_gaps(s * s)
-    ut_gu = matmul(_mT(u), gu)
-    vt_gv = matmul(vt, _mT(gvt))
-    inner = (f * (ut_gu - _mT(ut_gu))) * _row(s) + _diag(gs) + _col(s) * (f * (vt_gv - _mT(vt_gv)))
+    ut_gu = matmul(h(u), gu)
+    vt_gv = matmul(vt, h(gvt))
+    inner = (f * (ut_gu - h(ut_gu))) * _row(s) + _diag(gs) + _col(s) * (f * (vt_gv - h(vt_gv)))
+    if cx:
+        inner = inner + (ut_gu - h(ut_gu)) * np.eye(k) / (2 * _row(s))
     a_bar = matmul(u, matmul(inner, vt))
     if m > k:
         a_bar = a_bar + matmul(gu - matmul(u, ut_gu), _col(1 / s) * vt)
     if n > k:
-        a_bar = a_bar + matmul(u * _row(1 / s), gvt - matmul(_mT(vt_gv), vt))
-    return a_bar
+        a_bar = a_bar + matmul(u * _row(1 / s), gvt - matmul(h(vt_gv), vt))
+    return conj(a_bar) if cx else a_bar
 
 
 def _svd_jvp(tangents, ans, args, params):
-    """With dS = U^T dA V, F the inverse gaps of s^2: ds = diag(dS), dU = U (F o (dS S + S dS^T)),
-    dV = V (F o (S dS + dS^T S)), plus the parts outside the spans of U and V when M != N (JAX's
-    rule). Completing columns of a full U (rows of Vh) get _complement_tangent."""
-    _real_svd(args[0])
+    """With dS = U^H dA V, F the inverse gaps of s^2: ds = Re diag(dS), dU = U (F o (dS S + S dS^H)
+    + i Im diag(dS) / s), dV = V (F o (S dS + dS^H S)), plus the parts outside the spans of U and V
+    when M != N (JAX's rule; the imaginary diagonal of dU is a choice of gauge, zero for real
+    matrices). Completing columns of a full U (rows of Vh) get _complement_tangent."""
     t = tangents[0]
+    cx = _is_complex(args[0])
+    h = _mH if cx else _mT
     u, s, vt = ans
     m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vt)[-1]
     full = params.get("full_matrices", True) and m != n
@@ -487,15 +498,16 @@ def _svd_jvp(tangents, ans, args, params):
         u_rest, vt_rest = getitem(u, index=_columns(k)), getitem(vt, index=_rows(k))
         u, vt = getitem(u, index=_columns(0, k)), getitem(vt, index=_rows(0, k))
     if m >= n:
-        da_v = matmul(t, _mT(vt))
-        inner = matmul(_mT(u), da_v)
+        da_v = matmul(t, h(vt))
+        inner = matmul(h(u), da_v)
     else:
-        ut_da = matmul(_mT(u), t)
-        inner = matmul(ut_da, _mT(vt))
+        ut_da = matmul(h(u), t)
+        inner = matmul(ut_da, h(vt))
     f = _inverse_gaps(s * s)
     right, left = inner * _row(s), _col(s) * inner
-    du = matmul(u, f * (right + _mT(right)))
-    dvt = -matmul(f * (left + _mT(left)), vt)
+    gauge = (inner - h(inner)) * np.eye(k) / (2 * _row(s)) if cx else 0.0
+    du = matmul(u, f * (right + h(right)) + gauge)
+    dvt = -matmul(f * (left + h(left)), vt)
     if m > k:
         du = du + (da_v - matmul(u, inner)) / _row(s)
     if n > k:
@@ -504,7 +516,8 @@ def _svd_jvp(tangents, ans, args, params):
         du = concatenate(du, _complement_tangent(u, du, u_rest, -1), axis=-1)
     if full and n > k:
         dvt = concatenate(dvt, _complement_tangent(vt, dvt, vt_rest, -2), axis=-2)
-    return du, _diag_part(inner), dvt
+    ds = _diag_part(inner)
+    return du, real(ds) if cx else ds, dvt
 
 
 svd = defprim(_svd, _svd_vjp, name="svd", multiple_results=True,
@@ -541,56 +554,70 @@ def _qr(x, mode="reduced"):
     return np.linalg.qr(x, mode=mode)
 
 
-def _qr_tall_vjp(q, r, gq, gr):
-    """Liao et al. 2019, M >= N: (gQ + Q copyltu(M)) R^-T with M = R gR^T - gQ^T Q."""
-    m_ = matmul(r, _mT(gr)) - matmul(_mT(gq), q)
-    copyltu = where(_strict_lower(_shape(r)[-1], lower=False), _mT(m_), m_)
-    return _mT(solve(r, _mT(gq + matmul(q, copyltu))))
+def _qr_tall_vjp(q, r, gq, gr, h):
+    """Liao et al. 2019, M >= N: (gQ + Q copyltu(M)) R^-H with M = R gR^H - gQ^H Q (``h``: the
+    conjugate transpose, or the transpose for real matrices); for complex matrices the diagonal of
+    copyltu(M) is real, because R's diagonal is (LAPACK's Householder QR), which fixes the phases."""
+    m_ = matmul(r, h(gr)) - matmul(h(gq), q)
+    k = _shape(r)[-1]
+    if h is _mH:
+        m_ = where(np.eye(k, dtype=bool), real(m_), m_)
+    copyltu = where(_strict_lower(k, lower=False), h(m_), m_)
+    return h(solve(r, h(gq + matmul(q, copyltu))))
 
 
 def _qr_vjp(g, ans, x, mode="reduced"):
-    """Wide inputs [X | Y] = Q [R_X | R_Y]: X is square, and R_Y = Q^T Y adds Y R_Y^T to gQ."""
+    """Wide inputs [X | Y] = Q [R_X | R_Y]: X is square, and R_Y = Q^H Y adds Y R_Y^H to gQ. Complex
+    matrices: the conjugating convention inside (_standard_cotangents)."""
     q, r = ans
-    gq, gr = g
+    gq, gr = _standard_cotangents(x, *g)
+    cx = _is_complex(x)
+    h = _mH if cx else _mT
     m, n = _shape(q)[-2], _shape(r)[-1]
     if m > n and _shape(q)[-1] == m:
         _check_unused(gq, _columns(n), "qr: with mode='complete', the columns of Q beyond N")
         q, gq = getitem(q, index=_columns(0, n)), getitem(gq, index=_columns(0, n))
         r, gr = getitem(r, index=_rows(0, n)), getitem(gr, index=_rows(0, n))
     if m >= n:
-        return _qr_tall_vjp(q, r, gq, gr)
-    r_y, gr_y = getitem(r, index=_columns(m)), getitem(gr, index=_columns(m))
-    y = matmul(q, r_y)
-    g_x = _qr_tall_vjp(q, getitem(r, index=_columns(0, m)), gq + matmul(y, _mT(gr_y)),
-                       getitem(gr, index=_columns(0, m)))
-    return concatenate(g_x, matmul(q, gr_y), axis=len(_shape(x)) - 1)
+        a_bar = _qr_tall_vjp(q, r, gq, gr, h)
+    else:
+        r_y, gr_y = getitem(r, index=_columns(m)), getitem(gr, index=_columns(m))
+        y = matmul(q, r_y)
+        g_x = _qr_tall_vjp(q, getitem(r, index=_columns(0, m)), gq + matmul(y, h(gr_y)),
+                           getitem(gr, index=_columns(0, m)), h)
+        a_bar = concatenate(g_x, matmul(q, gr_y), axis=len(_shape(x)) - 1)
+    return conj(a_bar) if cx else a_bar
 
 
-def _qr_tall_jvp(q, r, t):
-    """M >= N (JAX's rule): C = Q^T dA R^-1, dO = tril(C, -1) - tril(C, -1)^T, dQ = Q (dO - C) +
-    dA R^-1, dR = (C - dO) R."""
+def _qr_tall_jvp(q, r, t, h):
+    """M >= N (JAX's rule): C = Q^H dA R^-1, dO = tril(C, -1) - tril(C, -1)^H (plus i Im diag(C)
+    for complex matrices, whose R keeps a real diagonal), dQ = Q (dO - C) + dA R^-1, dR = (C - dO) R."""
     t_rinv = matmul(t, inv(r))
-    c = matmul(_mT(q), t_rinv)
-    low = c * np.tri(_shape(r)[-1], k=-1, dtype=bool)
-    rotation = low - _mT(low)
+    c = matmul(h(q), t_rinv)
+    k = _shape(r)[-1]
+    low = c * np.tri(k, k=-1, dtype=bool)
+    rotation = low - h(low)
+    if h is _mH:
+        rotation = rotation + (c - h(c)) * np.eye(k) / 2
     return matmul(q, rotation - c) + t_rinv, matmul(c - rotation, r)
 
 
 def _qr_jvp(tangents, ans, args, params):
-    """Wide inputs [X | Y] = Q [R_X | R_Y]: X's square rule, and dR_Y = dQ^T Y + Q^T dY."""
+    """Wide inputs [X | Y] = Q [R_X | R_Y]: X's square rule, and dR_Y = dQ^H Y + Q^H dY."""
     t = tangents[0]
+    h = _mH if _is_complex(args[0]) else _mT
     q, r = ans
     m, n = _shape(q)[-2], _shape(r)[-1]
     if m > n and _shape(q)[-1] == m:  # mode='complete'
         q1, r1 = getitem(q, index=_columns(0, n)), getitem(r, index=_rows(0, n))
-        dq, dr = _qr_tall_jvp(q1, r1, t)
+        dq, dr = _qr_tall_jvp(q1, r1, t, h)
         dq = concatenate(dq, _complement_tangent(q1, dq, getitem(q, index=_columns(n)), -1), axis=-1)
         return dq, concatenate(dr, np.zeros(tuple(_shape(dr))[:-2] + (m - n, n), unbox(r).dtype), axis=-2)
     if m >= n:
-        return _qr_tall_jvp(q, r, t)
-    dq, dr_x = _qr_tall_jvp(q, getitem(r, index=_columns(0, m)), getitem(t, index=_columns(0, m)))
+        return _qr_tall_jvp(q, r, t, h)
+    dq, dr_x = _qr_tall_jvp(q, getitem(r, index=_columns(0, m)), getitem(t, index=_columns(0, m)), h)
     y = getitem(args[0], index=_columns(m))
-    dr_y = matmul(_mT(dq), y) + matmul(_mT(q), getitem(t, index=_columns(m)))
+    dr_y = matmul(h(dq), y) + matmul(h(q), getitem(t, index=_columns(m)))
     return dq, concatenate(dr_x, dr_y, axis=-1)
 
 
@@ -656,9 +683,8 @@ def _lstsq_vjp_a(g, ans, a, b, rcond=None):
     a_bar = _pinv_vjp(matmul(gx, _mT(b)), _lstsq_pinv(a, rcond), a)
     if _shape(res)[0]:
         a_bar = a_bar - 2 * matmul(_conj_if(b - matmul(a, x)) * _real_if(gres), _mT(x))
-    # A zero cotangent (s unused) adds nothing. For complex a it is skipped even when traced: the
-    # SVD rules that would differentiate this term again are real only (_real_svd).
-    if np.any(unbox(gs)) or (type(gs) is Tracer and not _is_complex(a)):
+    # A zero cotangent (s unused) adds nothing, unless traced (differentiated again)
+    if np.any(unbox(gs)) or type(gs) is Tracer:
         a_bar = a_bar + _svdvals_vjp(gs, s, a)
     return a_bar
 

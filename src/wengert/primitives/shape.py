@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.backward import is_basic, indexed_cotangent
-from ..core.trace import Tracer, unbox
+from ..core.trace import Tracer, dtype_of, unbox
 from ._batching import (axis_rule, broadcast_to_rule, diagonal_embed_rule, diagonal_rule, getitem_rule, index_add_rule,
                         join_rule, pad_rule, reshape_rule, roll_rule, transpose_rule, unary_rule)
 from ._table import defprim, unbroadcast
@@ -118,11 +118,11 @@ def _getitem(x, index):
 
 
 def _getitem_vjp(g, ans, x, index):
-    if type(g) is Tracer:
-        return index_add(np.zeros(x.shape, x.dtype), g, index=index)
+    if type(g) is Tracer:   # a real x may receive a complex cotangent (docs/complex.md): zeros of both kinds
+        return index_add(np.zeros(x.shape, np.result_type(x.dtype, dtype_of(g))), g, index=index)
     level = _batch_level_of(index)
     if level is not None:   # indices that differ per example (vmap) or per call (jit): that level scatters
-        zeros = np.zeros(x.shape, x.dtype)
+        zeros = np.zeros(x.shape, np.result_type(x.dtype, dtype_of(g)))
         return level.process(index_add, (zeros, g), [zeros, g], (), {"index": index})
     return indexed_cotangent(index, g, x.shape, x.dtype)
 
