@@ -9,13 +9,17 @@ Table 1, every seed row (benchmarks/workloads.py): medians of one run, measured 
 ``first`` is the jitted function's first call: trace, optimize, generate and compile.
 
 Table 2, first-call time against the size of the program: W1's per-column loop with the batch
-grown so that the staged program has about 1k, 10k and 100k equations; the time per equation
-shows whether staging is linear.
+grown so that the staged program has about 1k, 10k and 100k equations, then the seed's size (and,
+with --sixteen, W1 16x's); the time per equation shows whether staging is linear. Each size runs
+in a fresh process, whose peak resident memory is shown.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import subprocess
 import sys
 import time
 
@@ -87,27 +91,45 @@ def report(results):
             print(f"  {r['row'].name}: {r['note']}")
 
 
-def scaling(batches):
-    """First call of jit(value_and_grad) of W1's loop, by the number of staged equations."""
+def _w1_loop_first_call(N, W, R, B):
+    """First call of jit(value_and_grad) of W1's loop at these sizes, in this (fresh) process: seconds
+    by phase, equation counts and the process's peak resident memory."""
     code = workloads.w1_code(wnp, wg.Buffer)["loop"]
+    rng = np.random.default_rng(0)
+    a = rng.random((W, R, B), dtype=np.float32)
+    b = rng.random((W, N, B), dtype=np.float32)
+    wts = rng.standard_normal((N, R, B)).astype(np.float32)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    jitted = wg.jit(wg.value_and_grad(code, argnums=(0, 1)))
+    t0 = time.perf_counter()
+    jitted(a, b, wts)
+    first = time.perf_counter() - t0
+    lowered = jitted.lower(a, b, wts)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"first": first, "traced": lowered.eqns_traced, "kept": lowered.eqns, "timings": lowered.timings,
+            "peak_mb": peak / 1024, "start_mb": before / 1024}
+
+
+def _in_fresh_process(N, W, R, B):
+    """``_w1_loop_first_call`` in a child process, so each size's peak memory is its own."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(N), str(W), str(R), str(B)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def scaling(sizes):
+    """First call of jit(value_and_grad) of W1's loop, by the number of staged equations, each size in
+    a fresh process (peak memory: the whole process, NumPy and wengert imported included)."""
     lines = []
-    for B in batches:
-        N, W, R = 4, 16, 2
-        rng = np.random.default_rng(0)
-        a = rng.random((W, R, B), dtype=np.float32)
-        b = rng.random((W, N, B), dtype=np.float32)
-        wts = rng.standard_normal((N, R, B)).astype(np.float32)
-        jitted = wg.jit(wg.value_and_grad(code, argnums=(0, 1)))
-        t0 = time.perf_counter()
-        jitted(a, b, wts)
-        first = time.perf_counter() - t0
-        lowered = jitted.lower(a, b, wts)
-        tm = lowered.timings
-        lines.append([f"B={B} ({N * R * B} trips)", str(lowered.eqns_traced), str(lowered.eqns), fmt_time(first),
+    for label, (N, W, R, B) in sizes:
+        r = _in_fresh_process(N, W, R, B)
+        tm = r["timings"]
+        lines.append([label, f"{N * R * B}", str(r["traced"]), str(r["kept"]), fmt_time(r["first"]),
                       fmt_time(tm["trace"]), fmt_time(tm["optimize"]), fmt_time(tm["generate"]),
-                      fmt_time(tm["compile"]), f"{first / lowered.eqns_traced * 1e6:.1f} us"])
-    print(table(["W1 loop, N,W,R=4,16,2", "eqns traced", "eqns kept", "first call", "trace", "optimize",
-                 "generate", "compile", "per traced eqn"], lines))
+                      fmt_time(tm["compile"]), f"{r['first'] / r['traced'] * 1e6:.1f} us",
+                      f"{r['peak_mb']:.0f} MB ({r['start_mb']:.0f})"])
+    print(table(["W1 loop (N,W,R,B)", "trips", "eqns traced", "eqns kept", "first call", "trace", "optimize",
+                 "generate", "compile", "per traced eqn", "peak RSS (at start)"], lines))
 
 
 def main(argv=None):
@@ -116,12 +138,18 @@ def main(argv=None):
     p.add_argument("--only", nargs="*", help="workload tokens, e.g. W1 W3:logsumexp")
     p.add_argument("--no-scaling", action="store_true")
     p.add_argument("--no-jax", action="store_true")
+    p.add_argument("--sixteen", action="store_true",
+                   help="table 2 also stages W1 16x's loop (16,384 trips, about 630k equations, minutes)")
+    p.add_argument("--child", nargs=4, type=int, help=argparse.SUPPRESS)
     p.add_argument("--max-trips", type=int, default=5000,
                    help="skip loop rows with more trips (W1 16x: 16,384 trips, ~570k equations, several GB "
                         "of trace-time samples); table 2 shows how first calls grow")
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--budget", type=float, default=3.0)
     args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(_w1_loop_first_call(*args.child)))
+        return
     use_jax = not args.no_jax and peers.availability("jax.jit")[1] is None
     print(f"numpy {np.__version__}; jax.jit {'on' if use_jax else 'off'}; medians, measured round-robin")
     results = []
@@ -134,7 +162,12 @@ def main(argv=None):
     report(results)
     if not args.no_scaling:
         print()
-        scaling((4, 40) if args.quick else (4, 40, 400))
+        sizes = [(f"{4},{16},{2},{B}", (4, 16, 2, B)) for B in ((4, 40) if args.quick else (4, 40, 400))]
+        if not args.quick:
+            sizes.append(("seed 16,64,4,16", (16, 64, 4, 16)))
+        if args.sixteen:
+            sizes.append(("16x 16,64,4,256", (16, 64, 4, 256)))
+        scaling(sizes)
 
 
 if __name__ == "__main__":

@@ -117,12 +117,20 @@ def _getitem(x, index):
     return x[index]
 
 
+def _zeros_view(shape, dtype):
+    """Zeros of ``shape`` that take no memory (one element, broadcast): the base of a scatter, which
+    copies it. A loop of column reads under jit or a higher-order grad keeps one such base per read
+    in its program or tape; dense zeros there cost the whole array per read (gigabytes)."""
+    dtype = np.dtype(dtype)
+    return np.ndarray(shape, dtype, buffer=bytes(dtype.itemsize), strides=(0,) * len(shape))  # read-only
+
+
 def _getitem_vjp(g, ans, x, index):
     if type(g) is Tracer:   # a real x may receive a complex cotangent (docs/complex.md): zeros of both kinds
-        return index_add(np.zeros(x.shape, np.result_type(x.dtype, dtype_of(g))), g, index=index)
+        return index_add(_zeros_view(x.shape, np.result_type(x.dtype, dtype_of(g))), g, index=index)
     level = _batch_level_of(index)
     if level is not None:   # indices that differ per example (vmap) or per call (jit): that level scatters
-        zeros = np.zeros(x.shape, np.result_type(x.dtype, dtype_of(g)))
+        zeros = _zeros_view(x.shape, np.result_type(x.dtype, dtype_of(g)))
         return level.process(index_add, (zeros, g), [zeros, g], (), {"index": index})
     return indexed_cotangent(index, g, x.shape, x.dtype)
 

@@ -81,13 +81,14 @@ def substitute(x, rename):
 # --- passes --------------------------------------------------------------------------------------
 def dce(program):
     """Keep only the equations whose results reach an output."""
-    live = {v.id for v in program.outputs if type(v) is Var}
+    live = {v for v in program.outputs if type(v) is Var}
     kept = []
+    update = live.update
     for eqn in reversed(program.eqns):
         for o in eqn.outs:
-            if o.id in live:
+            if o in live:
                 kept.append(eqn)
-                live.update(v.id for v in eqn.uses)
+                update(eqn.uses)
                 break
     kept.reverse()
     return Program(program.inputs, kept, program.outputs)
@@ -97,20 +98,25 @@ class _Unhashable(Exception):
     """An operand CSE cannot compare by value (a container it does not know): the equation is kept."""
 
 
+_SCALARS = frozenset((int, bool, str))
+
+
 def _key(x):
     """A hashable key that is equal exactly when two operands are the same (constants by identity
     for arrays and other objects, by type and value for Python scalars)."""
     t = type(x)
     if t is Var:
         return x  # hashed by identity: renaming gives the canonical Var object
-    if t is int or t is float or t is bool or t is str or t is complex or x is None or x is Ellipsis:
-        return (t, x) if not (t is float and x != x) else ("nan",)
+    if t in _SCALARS or x is None or x is Ellipsis:
+        return (t, x)
+    if t is float or t is complex:
+        return (t, x) if x == x else ("nan",)
     if t is tuple or t is list:
-        return (t, tuple(_key(v) for v in x))
+        return (t, tuple([_key(v) for v in x]))
     if t is slice:
         return ("slice", _key(x.start), _key(x.stop), _key(x.step))
     if t is dict:
-        return ("dict", tuple((k, _key(v)) for k, v in sorted(x.items())))
+        return ("dict", tuple([(k, _key(v)) for k, v in sorted(x.items())]))
     if isinstance(x, (np.ndarray, np.generic, np.dtype, type)) or callable(x):
         return ("id", id(x))
     raise _Unhashable
@@ -118,19 +124,23 @@ def _key(x):
 
 def cse(program):
     """Compute each (primitive, operands, parameters) once: the same column read twice, the same
-    rule constant made in two backward steps. Every primitive is a pure function of its operands."""
+    rule constant made in two backward steps. Every primitive is a pure function of its operands.
+    It leaves no dead code: the first of two equal equations takes over the uses of the second."""
     rename = {}
     seen = {}
     kept = []
     for eqn in program.eqns:
-        if rename and any(v.id in rename for v in eqn.uses):
-            eqn = Eqn(eqn.prim, substitute(eqn.args, rename), {k: substitute(v, rename) for k, v in eqn.params.items()},
-                      eqn.outs, tuple(rename.get(v.id, v) for v in eqn.uses), eqn.source)
+        if rename:
+            for v in eqn.uses:
+                if v.id in rename:
+                    eqn = Eqn(eqn.prim, substitute(eqn.args, rename),
+                              {k: substitute(v, rename) for k, v in eqn.params.items()},
+                              eqn.outs, tuple([rename.get(v.id, v) for v in eqn.uses]), eqn.source)
+                    break
         try:
             args = eqn.args
-            if len(args) == 1 and type(args[0]) is Var:
-                args_key = args[0]
-            elif len(args) == 2 and type(args[0]) is Var and type(args[1]) is Var:
+            n = len(args)
+            if n == 1 and type(args[0]) is Var or n == 2 and type(args[0]) is Var and type(args[1]) is Var:
                 args_key = args
             else:
                 args_key = _key(args)
@@ -159,7 +169,7 @@ def optimize(program, prims):
     scatter_set, index_add, add)."""
     program = dce(program)
     if PASSES["cse"]:
-        program = dce(cse(program))
+        program = cse(program)
     if PASSES["in_place"]:
         program = fold_indexed_adds(program, prims["index_add"], prims["add"])
         program = hoist_reads(program, prims["scatter_set"], prims["getitem"])
@@ -254,7 +264,8 @@ def _comment(source):
 
 
 def generate(program, getitem, name="program"):
-    """Python source of ``program`` and the namespace it runs in: one line per equation.
+    """Python source of ``program`` and the namespace it runs in: one line per equation (line
+    ``k + 2`` is equation ``k``; :func:`annotate` adds the comments saying where each came from).
 
     A variable is deleted after its last use (``del`` on the same line), so intermediates are
     freed as the program goes, as the eager backward pass frees its tape. ``getitem`` (the
@@ -266,39 +277,44 @@ def generate(program, getitem, name="program"):
         var_names[v.id] = f"x{k}"
     counter = 0
     last_use = {}
-    for k, eqn in enumerate(program.eqns):
+    eqns = program.eqns
+    for k, eqn in enumerate(eqns):
         for v in eqn.uses:
             last_use[v.id] = k
     for v in program.outputs:
         if type(v) is Var:
-            last_use[v.id] = len(program.eqns)
+            last_use[v.id] = len(eqns)
     lines = [f"def {name}({', '.join(var_names[v.id] for v in program.inputs)}):"]
-    for k, eqn in enumerate(program.eqns):
+    append = lines.append
+    function = names.function
+    for k, eqn in enumerate(eqns):
         prim = eqn.prim
         if prim is getitem:
             rhs = f"{_literal(eqn.args[0], names, var_names)}[{_index_literal(eqn.params['index'], names, var_names)}]"
         else:
-            fn = names.function(prim.impl, prim.name)
-            parts = [_literal(a, names, var_names) for a in eqn.args]
-            parts += [f"{key}={_literal(value, names, var_names)}" for key, value in eqn.params.items()]
-            rhs = f"{fn}({', '.join(parts)})"
+            parts = [var_names[a.id] if type(a) is Var else _literal(a, names, var_names) for a in eqn.args]
+            if eqn.params:
+                parts += [f"{key}={_literal(value, names, var_names)}" for key, value in eqn.params.items()]
+            rhs = f"{function(prim.impl, prim.name)}({', '.join(parts)})"
         targets = []
         for o in eqn.outs:
             if o.id in last_use:
-                var_names[o.id] = f"v{counter}"
+                var_names[o.id] = target = f"v{counter}"
                 counter += 1
-                targets.append(var_names[o.id])
+                targets.append(target)
             else:
                 targets.append("_")
         if prim.multiple_results:
             lhs = ", ".join(targets) + ("," if len(targets) == 1 else "")
         else:
             lhs = targets[0]
-        dead = sorted({v.id for v in eqn.uses if last_use.get(v.id) == k}, key=lambda i: var_names[i])
-        stmt = f"{lhs} = {rhs}"
+        dead = [var_names[v.id] for v in eqn.uses if last_use[v.id] == k]
         if dead:
-            stmt += "; del " + ", ".join(var_names[i] for i in dead)
-        lines.append("    " + stmt + _comment(eqn.source))
+            if len(dead) > 1:
+                dead = sorted(set(dead))
+            append(f"    {lhs} = {rhs}; del {', '.join(dead)}")
+        else:
+            append(f"    {lhs} = {rhs}")
     outs = []
     for v in program.outputs:
         if type(v) is Var:
@@ -307,8 +323,17 @@ def generate(program, getitem, name="program"):
             outs.append(f"{names.constant(v)}.copy()")  # a fresh array per call, as eager returns
         else:
             outs.append(_literal(v, names, var_names))
-    lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     return "\n".join(lines) + "\n", names.namespace
+
+
+def annotate(text, program):
+    """``text`` (from :func:`generate`) with each equation's line followed by a comment naming the
+    line of user code it came from; written only when asked for (``as_text()``)."""
+    lines = text.splitlines()
+    for k, eqn in enumerate(program.eqns):
+        lines[k + 1] += _comment(eqn.source)
+    return "\n".join(lines) + "\n"
 
 
 def compile_program(text, namespace, name="program"):
@@ -414,6 +439,13 @@ def hoist_reads(program, scatter_set, getitem):
     return Program(program.inputs, order, program.outputs)
 
 
+def _all_zero(a):
+    """Is the constant ``a`` all zeros? A broadcast scalar (no strides) is read at one element."""
+    if a.size and not any(a.strides):
+        return not a[(0,) * a.ndim]
+    return not a.any()
+
+
 def fold_indexed_adds(program, index_add, add):
     """``t = index_add(zeros, g, i); s = add(acc, t)`` (t read once) becomes ``s = index_add(acc, g, i)``:
     the backward pass of a column read adds into the accumulated cotangent, not via a dense zero array."""
@@ -426,11 +458,12 @@ def fold_indexed_adds(program, index_add, add):
             counts[v.id] = counts.get(v.id, 0) + 1
     scattered = {}
     for eqn in program.eqns:
-        if eqn.prim is index_add and type(eqn.args[0]) is np.ndarray and not eqn.args[0].any() \
-                and counts.get(eqn.outs[0].id) == 1:
+        if eqn.prim is index_add and type(eqn.args[0]) is np.ndarray and counts.get(eqn.outs[0].id) == 1 \
+                and _all_zero(eqn.args[0]):
             scattered[eqn.outs[0].id] = eqn
     if not scattered:
         return program
+    folded = set()  # the scatters now done by the add that read them (their one use): dropped
     out = []
     for eqn in program.eqns:
         if eqn.prim is add and not eqn.params:
@@ -444,9 +477,12 @@ def fold_indexed_adds(program, index_add, add):
                     uses = tuple(v for v in (acc, g) if type(v) is Var) + tuple(
                         v for v in src.uses if v is not g and v is not src.args[0])
                     eqn = Eqn(index_add, (acc, g), src.params, eqn.outs, uses, eqn.source or src.source)
+                    folded.add(t.id)
                     break
         out.append(eqn)
-    return dce(Program(program.inputs, out, program.outputs))
+    if folded:
+        out = [eqn for eqn in out if not (eqn.prim is index_add and eqn.outs[0].id in folded)]
+    return Program(program.inputs, out, program.outputs)
 
 
 def in_place(program, scatter_set, index_add, add, getitem):

@@ -87,26 +87,35 @@ def _internal(code):
 def _user_frame(trace):
     """(filename, line, note) of the innermost caller outside wengert and NumPy. Reached through a
     backward pass, the note names the primitive whose VJP rule is running, and the line is that of
-    the forward operation when its tape entry kept the output (else none is given)."""
+    the forward operation when its tape entry kept the output (else none is given). Equations
+    staged from one place share one tuple (a loop of 10k trips stages 10k equations per line)."""
     frame = sys._getframe(2)
+    internal = _INTERNAL
     while frame is not None:
         code = frame.f_code
-        if not _internal(code):
-            return code.co_filename, frame.f_lineno, None
+        known = internal.get(code)
+        if not (_internal(code) if known is None else known):
+            return trace.source(code.co_filename, frame.f_lineno, None)
         if code is _BACKWARD_CODE:
             local = frame.f_locals
             prim = local.get("prim")
             if prim is not None:
+                note = _BACKWARD_NOTES.get(prim.name)
+                if note is None:
+                    note = _BACKWARD_NOTES[prim.name] = f"backward of {prim.name}"
                 ans = local.get("ans")  # kept by the tape entry: the forward line that made it
                 for value in (ans if type(ans) is tuple or type(ans) is list else (ans,)):
                     while type(value) is Tracer:
                         if value._trace is trace and trace.sources[value.index] is not None:
                             filename, line, _ = trace.sources[value.index]
-                            return filename, line, f"backward of {prim.name}"
+                            return trace.source(filename, line, note)
                         value = value.value
-                return None, 0, f"backward of {prim.name}"
+                return trace.source(None, 0, note)
         frame = frame.f_back
     return None
+
+
+_BACKWARD_NOTES = {}
 
 
 class StagingTrace(Trace):
@@ -116,7 +125,7 @@ class StagingTrace(Trace):
     update functionally (``write``), as on a forward-mode level.
     """
 
-    __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written")
+    __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written", "_sources")
     computes = staged = True
 
     def __init__(self):
@@ -127,14 +136,19 @@ class StagingTrace(Trace):
         self.eqns = []
         self.vars = []
         self.sources = []  # per variable: where the equation that defined it was staged
+        self._sources = {}  # each (filename, line, note) once
         self.program_inputs = []
+
+    def source(self, filename, line, note):
+        key = (filename, line, note)
+        return self._sources.setdefault(key, key)
 
     # -- values and variables --
     def new_var(self, value):
-        dtype = getattr(value, "dtype", None)
-        if dtype is None:
-            dtype = np.asarray(value).dtype
-        var = _ir.Var(len(self.vars), np.shape(value), dtype)
+        if type(value) is np.ndarray or isinstance(value, np.generic):
+            var = _ir.Var(len(self.vars), value.shape, value.dtype)
+        else:
+            var = _ir.Var(len(self.vars), np.shape(value), np.asarray(value).dtype)
         self.vars.append(var)
         self.sources.append(None)
         return var
@@ -181,10 +195,17 @@ class StagingTrace(Trace):
         """Append ``prim(*args, **params)`` to the program; its result, computed on the samples."""
         uses = []
         operands, values = [], []
+        variables = self.vars
         for a in args:
-            op, val = self._split(a, uses)
-            operands.append(op)
-            values.append(val)
+            if type(a) is Tracer and a._trace is self:
+                var = variables[a.index]
+                uses.append(var)
+                operands.append(var)
+                values.append(a.value)
+            else:
+                op, val = self._split(a, uses)
+                operands.append(op)
+                values.append(val)
         p_ops, p_vals = params, params
         if params:
             for k, v in params.items():
@@ -328,16 +349,20 @@ def _nondiff_staged(call, fn, args, kwargs):
 class Lowered:
     """The staged program for one signature: ``as_text()`` is the Python that runs."""
 
-    def __init__(self, program, text, fn, out_tree, eqns_traced):
+    def __init__(self, program, code, fn, out_tree, eqns_traced):
         self.program = program
-        self.text = text
+        self.code = code  # the source compiled: as_text() without the comments
         self.fn = fn
         self.out_tree = out_tree
         self.eqns_traced = eqns_traced  # before the passes
         self.timings = {}  # seconds spent tracing, optimizing, generating and compiling it
+        self._text = None
 
     def as_text(self):
-        return self.text
+        """The program's source, each line with the line of user code it came from."""
+        if self._text is None:
+            self._text = _ir.annotate(self.code, self.program)
+        return self._text
 
     @property
     def eqns(self):
