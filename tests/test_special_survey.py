@@ -1,6 +1,8 @@
 """The rest of scipy.special: each name is differentiable (checked here against SciPy's values and
 finite differences, first and second order, both modes) or listed in NOT_DIFFERENTIABLE with the
 reason; a sweep of SciPy's namespace fails on a name that is neither."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -76,6 +78,20 @@ CASES = {
     "nrdtrisd": ((u(-1, 0), u(0.6, 0.9), X), (0, 1, 2)),
     "hankel1e": ((1.5, X), (1,)), "hankel2e": ((0.5, X), (1,)), "jve": ((1.5, X), (1,)), "yve": ((0.5, X), (1,)),
     "exprel": ((np.array([-1.5, 2e-4, 0.0, 0.7]),), (0,)), "eval_jacobi": ((np.array([0, 1, 3]), 0.5, 1.5, u(-1, 1)), (3,)),
+    # Carlson's integrals in every argument (distinct arguments: their formulas are 0/0 at ties)
+    "elliprf": ((u(0.2, 0.6), u(0.8, 1.2), u(1.5, 2.0)), (0, 1, 2)),
+    "elliprd": ((u(0.2, 0.6), u(0.8, 1.2), u(1.5, 2.0)), (0, 1, 2)),
+    "elliprg": ((u(0.2, 0.6), u(0.8, 1.2), u(1.5, 2.0)), (0, 1, 2)),
+    "elliprj": ((u(0.2, 0.6), u(0.8, 1.2), u(1.5, 2.0), u(2.5, 3.0)), (0, 1, 2, 3)),
+    "elliprc": ((u(0.2, 0.6), u(0.8, 1.2)), (0, 1)),
+    "agm": ((u(0.3, 1.0), u(1.5, 3.0)), (0, 1)), "besselpoly": ((X, 2.0, 1.5), (0,)),
+    "lpmv": ((1.0, 2.5, u(-0.8, 0.8)), (2,)), "eval_sh_jacobi": ((np.array([0, 2, 3]), 2.5, 1.5, P), (3,)),
+    "assoc_laguerre": ((X, 3, 0.5), (0,)),
+    "chndtr": ((X, 3.0, u(0.3, 2.0)), (0, 2)), "chndtrix": ((P, 3.0, u(0.5, 2.0)), (0, 2)),
+    "tklmbda": ((np.array([-0.4, 0.3, 4.0]), np.array([0.3, -0.2, 0.5])), (0, 1)),
+    "voigt_profile": ((u(-2, 2), u(0.5, 1.5), u(0.0, 1.0)), (0, 1, 2)),
+    "diric": ((np.array([0.7, 2 * np.pi, -1.9, 0.0, -4 * np.pi]), 3), (0,)),
+    "airye": ((u(0.2, 2.0),), (0,)), "modfresnelp": ((u(0.2, 2.0),), (0,)), "modfresnelm": ((u(0.2, 2.0),), (0,)),
 }
 
 
@@ -109,6 +125,33 @@ def test_surveyed_function(name):
             wg.grad(lambda p: _total(f(*full[:k], p, *full[k + 1:])))(a)
 
 
+@pytest.mark.parametrize("name", sorted(n for n in CASES if hasattr(sc, n)))
+def test_surveyed_function_under_vmap(name):
+    """vmap over the examples (the arrays of the case) gives SciPy's values, and vmap of the
+    gradient equals a loop of gradients, without a per-example warning."""
+    args, diff = CASES[name]
+    f = getattr(ws, name)
+    size = max(np.size(a) for a in args)
+    axes = tuple(0 if np.ndim(a) == 1 and np.size(a) == size else None for a in args)
+
+    def loss(*full):
+        return _total(f(*full))
+
+    def example(i):
+        return [a[i] if ax == 0 else a for a, ax in zip(args, axes)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = wg.vmap(f, in_axes=axes)(*args)
+        grads = wg.vmap(wg.grad(loss, argnums=diff), in_axes=axes)(*args)
+    for got, want in zip(*(((batched,), (f(*args),)) if not isinstance(batched, tuple) else (batched, f(*args)))):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    for i in range(size):
+        looped = wg.grad(loss, argnums=diff)(*example(i))
+        for got, want in zip(grads, looped):
+            np.testing.assert_allclose(got[i] if np.ndim(got) else got, want, rtol=1e-10, atol=1e-14)
+
+
 def test_every_public_name_of_scipy_special_is_differentiable_or_listed_with_a_reason():
     import types
     names = {n for n in dir(sc) if not n.startswith("_") and not isinstance(getattr(sc, n), types.ModuleType)}
@@ -119,6 +162,37 @@ def test_every_public_name_of_scipy_special_is_differentiable_or_listed_with_a_r
     # the differentiable ones added by the survey are checked above (CASES); the older ones in test_scipy.py
     surveyed = set(ws.__all__[ws.__all__.index("j0"):])
     assert not {n for n in surveyed if hasattr(sc, n)} - set(CASES)
+
+
+def test_diric_near_its_poles_is_exact():
+    """Within 1e-3 / n of x = 2 pi k the quotient cancels (SciPy's own value loses about 1e-16 / d);
+    wengert's Taylor series there matches diric(x, 3) = 1 - (4/3) sin^2(x/2), which does not cancel,
+    and so does its derivative -(2/3) sin(x)."""
+    d = np.array([1e-4, -3e-4, 2e-6, 0.0])
+    x = 2 * np.pi + d
+    out, pull = wg.vjp(lambda x: ws.diric(x, 3), x)
+    np.testing.assert_allclose(out, 1 - (4 / 3) * np.sin(d / 2) ** 2, rtol=1e-15)
+    np.testing.assert_allclose(pull(np.ones(4))[0], -(2 / 3) * np.sin(d), rtol=1e-9, atol=1e-300)
+    second = wg.jacobian(wg.elementwise_grad(lambda x: ws.diric(x, 3)))(x).diagonal()
+    np.testing.assert_allclose(second, -(2 / 3) * np.cos(d), rtol=1e-9)
+
+
+def test_tukey_lambda_at_lambda_zero_is_the_limit_of_the_formula():
+    """At lambda = 0 (the logistic) SciPy's cdf is flat in lambda on a small band, so finite
+    differences say 0 there; the derivative is the lambda -> 0 limit of the general one."""
+    x = np.array([-0.7, 0.3, 1.5])
+    at_zero = wg.jacobian(lambda lm: ws.tklmbda(x, lm))(np.zeros(3)).diagonal()
+    near_zero = wg.jacobian(lambda lm: ws.tklmbda(x, lm))(np.full(3, 1e-5)).diagonal()
+    np.testing.assert_allclose(at_zero, near_zero, rtol=1e-3)
+    assert np.all(np.abs(at_zero) > 1e-3)
+    wg.check_grads(lambda x: ws.tklmbda(x, 0.0), (x,), order=2, modes=FWD_REV)
+
+
+def test_noncentral_chi2_at_zero_noncentrality_is_the_central_density():
+    x = np.array([0.5, 1.7, 3.0])
+    jx = wg.jacobian(lambda x: ws.chndtr(x, 3.0, 0.0))(x).diagonal()
+    np.testing.assert_allclose(jx, wg.jacobian(lambda x: ws.chdtr(3.0, x))(x).diagonal(), rtol=1e-12)
+    wg.check_grads(lambda x: ws.chndtr(x, 3.0, 0.0), (x,), order=2, modes=FWD_REV)
 
 
 def test_jve_and_yve_refuse_a_complex_argument():

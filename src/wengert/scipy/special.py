@@ -773,6 +773,232 @@ def _d_exprel(g, ans, x):
 exprel = defunary(sc.exprel, _d_exprel, name="scipy.special.exprel")
 
 
+# --- more closed forms: Carlson's integrals, agm, Lame-free Legendre and Jacobi, noncentral chi2 ----
+def _partials(impl, name, *derivatives):
+    """``f(a_1, ..., a_k)`` (k = 2, 3 or 4) with ``derivatives[i](ans, *args)`` its partial in
+    ``a_i``, or None where it has no closed form (that argument is refused in both modes)."""
+    refuse = _no_derivative(name)
+    arity = len(derivatives)
+
+    def vjp(i, d):
+        if d is None:
+            return refuse
+        if arity == 2:
+            return lambda g, ans, a, b: unbroadcast(g * d(ans, a, b), (a, b)[i].shape)
+        if arity == 3:
+            return lambda g, ans, a, b, c: unbroadcast(g * d(ans, a, b, c), (a, b, c)[i].shape)
+        return lambda g, ans, a, b, c, e: unbroadcast(g * d(ans, a, b, c, e), (a, b, c, e)[i].shape)
+
+    def jvp(d):
+        if d is None:
+            return refuse
+        if arity == 2:
+            return lambda t, ans, a, b: t * d(ans, a, b)
+        if arity == 3:
+            return lambda t, ans, a, b, c: t * d(ans, a, b, c)
+        return lambda t, ans, a, b, c, e: t * d(ans, a, b, c, e)
+
+    return defprim(impl, tuple(vjp(i, d) for i, d in enumerate(derivatives)),
+                   jvp=tuple(jvp(d) for d in derivatives), name=f"scipy.special.{name}", batch=batch_elementwise)
+
+
+# Carlson's symmetric elliptic integrals (DLMF 19.18): dRF/dz = -RD(x, y, z) / 6, and RF, RG
+# symmetric; dRD/dx = (RD(x, y, z) - RD(y, z, x)) / (2 (z - x)) and dRJ/dx = (RJ - RD(y, z, x)) /
+# (2 (p - x)), with the last argument's partial from homogeneity (RD, RJ are of degree -3/2,
+# RC of degree -1/2). Those quotients are 0/0 where the two arguments are equal (nan there).
+def _rd_first(ans, x, y, z):
+    return (ans - elliprd(y, z, x)) / (2 * (z - x))
+
+
+def _rd_last(ans, x, y, z):
+    return (-1.5 * ans - x * _rd_first(ans, x, y, z) - y * _rd_first(ans, y, x, z)) / z
+
+
+def _rj_first(ans, x, y, z, p):
+    return (ans - elliprd(y, z, x)) / (2 * (p - x))
+
+
+def _rc_second(ans, x, y):
+    return (E.sqrt(x) / y - ans) / (2 * (y - x))
+
+
+elliprf = _partials(sc.elliprf, "elliprf", lambda ans, x, y, z: -elliprd(y, z, x) / 6,
+                    lambda ans, x, y, z: -elliprd(z, x, y) / 6, lambda ans, x, y, z: -elliprd(x, y, z) / 6)
+elliprd = _partials(sc.elliprd, "elliprd", _rd_first, lambda ans, x, y, z: _rd_first(ans, y, x, z), _rd_last)
+elliprg = _partials(sc.elliprg, "elliprg",
+                    lambda ans, x, y, z: (3 * elliprf(x, y, z) - x * elliprd(y, z, x)) / 12,
+                    lambda ans, x, y, z: (3 * elliprf(x, y, z) - y * elliprd(z, x, y)) / 12,
+                    lambda ans, x, y, z: (3 * elliprf(x, y, z) - z * elliprd(x, y, z)) / 12)
+elliprj = _partials(sc.elliprj, "elliprj", _rj_first,
+                    lambda ans, x, y, z, p: _rj_first(ans, y, z, x, p),
+                    lambda ans, x, y, z, p: _rj_first(ans, z, x, y, p),
+                    lambda ans, x, y, z, p: (-1.5 * ans - x * _rj_first(ans, x, y, z, p)
+                                             - y * _rj_first(ans, y, z, x, p) - z * _rj_first(ans, z, x, y, p)) / p)
+elliprc = _partials(sc.elliprc, "elliprc", lambda ans, x, y: (-0.5 * ans - y * _rc_second(ans, x, y)) / x,
+                    _rc_second)
+
+
+def _agm_slope(a, b):
+    """d agm(1, t) / dt at t = b / a: agm(1, t) = pi / (2 K(1 - t^2)), and K's derivative."""
+    t = b / a
+    m = 1 - t * t
+    k = ellipk(m)
+    dk = (ellipe(m) - (1 - m) * k) / (2 * m * (1 - m))
+    return np.pi * t * dk / (k * k)
+
+
+# agm is homogeneous of degree 1: agm(a, b) = a agm(1, b / a)
+agm = _partials(sc.agm, "agm", lambda ans, a, b: ans / a - (b / a) * _agm_slope(a, b),
+                lambda ans, a, b: _agm_slope(a, b))
+
+# besselpoly(a, lmb, nu) = int_0^1 x^lmb J_nu(2 a x) dx, and 2 J_nu' = J_(nu-1) - J_(nu+1)
+besselpoly = _partials(sc.besselpoly, "besselpoly",
+                       lambda ans, a, lmb, nu: besselpoly(a, lmb + 1, nu - 1) - besselpoly(a, lmb + 1, nu + 1),
+                       None, None)
+
+# associated Legendre of degree v and order m, in x: (x^2 - 1) P' = v x P_v - (v + m) P_(v-1)
+lpmv = _partials(sc.lpmv, "lpmv", None, None,
+                 lambda ans, m, v, x: (v * x * ans - (v + m) * lpmv(m, v - 1, x)) / (x * x - 1))
+
+# shifted Jacobi G_n^(p,q)(x) = P_n^(p-q, q-1)(2x - 1) / binom(2n + p - 1, n), and Jacobi's derivative
+eval_sh_jacobi = _partials(sc.eval_sh_jacobi, "eval_sh_jacobi", None, None, None,
+                           lambda ans, n, p, q, x: _positive(n) * (n + p) / binom(2 * n + p - 1, n)
+                           * eval_jacobi(_below(n), p - q + 1, q, 2 * x - 1))
+
+
+def assoc_laguerre(x, n, k=0.0):
+    """``scipy.special.assoc_laguerre``: ``eval_genlaguerre(n, k, x)``, differentiable in ``x``."""
+    return eval_genlaguerre(n, k, x)
+
+
+# the noncentral chi-square cdf: d/dx is the density, 1/2 e^(-(x+nc)/2) (x/nc)^((df-2)/4)
+# I_((df-2)/2)(sqrt(nc x)) (scaled Bessel for range); d/dnc = (chndtr(x, df + 2, nc) - chndtr) / 2, the
+# Poisson mixture's shift; the derivative in df has no closed form
+def _ncx2_density(x, df, nc):
+    central = _nonzero(nc)
+    safe = F.where(central, nc, 1.0)
+    noncentral = (0.5 * E.exp(-0.5 * (E.sqrt(x) - E.sqrt(safe)) ** 2) * (x / safe) ** ((df - 2) / 4)
+                  * ive((df - 2) / 2, E.sqrt(safe * x)))
+    return F.where(central, noncentral, _chi2_density(df, x))
+
+
+chndtr = _partials(sc.chndtr, "chndtr", lambda ans, x, df, nc: _ncx2_density(x, df, nc), None,
+                   lambda ans, x, df, nc: 0.5 * (chndtr(x, df + 2, nc) - ans))
+chndtrix = _partials(sc.chndtrix, "chndtrix", lambda ans, p, df, nc: 1 / _ncx2_density(ans, df, nc), None,
+                     lambda ans, p, df, nc: -0.5 * (chndtr(ans, df + 2, nc) - p) / _ncx2_density(ans, df, nc))
+
+
+# Tukey's lambda cdf p = F(x): its quantile Q(p) = (p^l - (1-p)^l) / l (log(p / (1 - p)) at l = 0)
+# inverts it, so dF/dx = 1 / Q_p and dF/dl = -Q_l / Q_p; outside the support (|x| > 1/l) F is flat
+@elementwise_constant
+def _inside_unit(p):
+    return (p > 0) & (p < 1)
+
+
+def _tukey_slope(p, lmbda):
+    return p ** (lmbda - 1) + (1 - p) ** (lmbda - 1)
+
+
+def _tukey_dx(ans, x, lmbda):
+    inside = _inside_unit(ans)
+    p = F.where(inside, ans, 0.5)
+    return F.where(inside, 1 / _tukey_slope(p, lmbda), 0.0)
+
+
+def _tukey_dlambda(ans, x, lmbda):
+    inside = _inside_unit(ans)
+    p = F.where(inside, ans, 0.5)
+    zero = _is_zero(lmbda)
+    l = F.where(zero, 1.0, lmbda)
+    lp, lq = E.log(p), E.log1p(-p)
+    dq = (l * (p ** l * lp - (1 - p) ** l * lq) - (p ** l - (1 - p) ** l)) / (l * l)
+    dq = F.where(zero, 0.5 * (lp * lp - lq * lq), dq)
+    return F.where(inside, -dq / _tukey_slope(p, lmbda), 0.0)
+
+
+@elementwise_constant
+def _is_zero(x):
+    return np.equal(x, 0)
+
+
+tklmbda = _partials(sc.tklmbda, "tklmbda", _tukey_dx, _tukey_dlambda)
+
+
+def voigt_profile(x, sigma, gamma):
+    """``scipy.special.voigt_profile``: ``Re w((x + i gamma) / (sigma sqrt 2)) / (sigma sqrt(2 pi))``
+    with Faddeeva's ``wofz``, differentiable in all three (``sigma > 0``: at ``sigma = 0`` it is the
+    Lorentzian, whose formula is another)."""
+    if type(x) is not Tracer and type(sigma) is not Tracer and type(gamma) is not Tracer:
+        return sc.voigt_profile(x, sigma, gamma)
+    if not staged(sigma) and np.any(np.asarray(unbox(sigma)) <= 0):
+        raise NotImplementedError("wengert.scipy.special.voigt_profile: derivatives need sigma > 0 (at sigma = 0 "
+                                  "it is the Lorentzian gamma / (pi (x^2 + gamma^2)); write that)")
+    scale = sigma * np.sqrt(2.0)
+    return F.real(wofz((x + 1j * gamma) / scale)) / (scale * _SQRT_PI)
+
+
+def diric(x, n):
+    """``scipy.special.diric``: ``sin(n x / 2) / (n sin(x / 2))``, and near its removable poles
+    ``x = 2 pi k`` (``|n (x - 2 pi k)| < 1e-3``, which holds SciPy's own mask) the Taylor series
+    ``+-(1 - (n^2 - 1) d^2 / 24 + (n^2 - 1) (3 n^2 - 7) d^4 / 5760)``, exact to rounding there, so
+    each derivative is finite and accurate where the quotient would cancel; differentiable in ``x``
+    (``n`` is a positive integer)."""
+    if type(x) is not Tracer and type(n) is not Tracer:
+        return sc.diric(x, n)
+    if type(n) is Tracer:
+        raise NoDerivativeError("the derivative of scipy.special.diric in n (a positive integer)")
+    n = np.asarray(n)
+    if np.any((n <= 0) | (n != np.floor(n))):
+        raise ValueError("scipy.special.diric: n must be a positive integer")
+    turns = _nearest_turn(x)
+    offset = x - 2 * np.pi * turns
+    at_pole = _near_pole(x, n)
+    safe = F.where(at_pole, 1.0, x)
+    square = offset * offset
+    near = (-1.0) ** (turns * (n - 1)) * (1 - (n * n - 1) * square / 24
+                                          + (n * n - 1) * (3 * n * n - 7) * square * square / 5760)
+    return F.where(at_pole, near, E.sin(n * safe / 2) / (n * E.sin(safe / 2)))
+
+
+@elementwise_constant
+def _near_pole(x, n):
+    x = np.asarray(x)
+    return (np.abs(n * (x - 2 * np.pi * np.round(x / (2 * np.pi)))) < 1e-3) | (np.abs(np.sin(x / 2)) < 1e-7)
+
+
+@elementwise_constant
+def _nearest_turn(x):
+    return np.round(np.asarray(x) / (2 * np.pi))
+
+
+# the scaled Airy functions: eAi = Ai exp(2/3 x^(3/2)) (x > 0), eBi = Bi exp(-|Re 2/3 x^(3/2)|), so
+# d eAi = eAi' + sqrt(x) eAi, d eAi' = x eAi + sqrt(x) eAi', and eBi's scale is 1 where x < 0
+def _root_positive(x):
+    return E.sqrt(F.maximum(x, 0.0))
+
+
+_eai = _output(sc.airye, 0, "airye", lambda g, ans, x: g * (_eaip(x) + E.sqrt(x) * ans))
+_eaip = _output(sc.airye, 1, "airye", lambda g, ans, x: g * (x * _eai(x) + E.sqrt(x) * ans))
+_ebi = _output(sc.airye, 2, "airye", lambda g, ans, x: g * (_ebip(x) - _root_positive(x) * ans))
+_ebip = _output(sc.airye, 3, "airye", lambda g, ans, x: g * (x * _ebi(x) - _root_positive(x) * ans))
+airye = _several("airye", [_eai, _eaip, _ebi, _ebip])
+
+# the modified Fresnel integrals F+-(x) = int_x^inf exp(+-i t^2) dt and K+-(x) = exp(-+i (x^2 + pi/4))
+# F+-(x) / sqrt(pi): dF+- = -exp(+-i x^2), dK+- = -+2 i x K+- - exp(-+i pi/4) / sqrt(pi)
+_fresnel_plus = _output(sc.modfresnelp, 0, "modfresnelp", lambda g, ans, x: -g * E.exp(1j * x * x))
+_k_plus = _output(sc.modfresnelp, 1, "modfresnelp",
+                  lambda g, ans, x: g * (-2j * x * ans - np.exp(-0.25j * np.pi) / _SQRT_PI))
+_fresnel_minus = _output(sc.modfresnelm, 0, "modfresnelm", lambda g, ans, x: -g * E.exp(-1j * x * x))
+_k_minus = _output(sc.modfresnelm, 1, "modfresnelm",
+                   lambda g, ans, x: g * (2j * x * ans - np.exp(0.25j * np.pi) / _SQRT_PI))
+modfresnelp = _several("modfresnelp", [_fresnel_plus, _k_plus])
+modfresnelm = _several("modfresnelm", [_fresnel_minus, _k_minus])
+
+__all__ += ["elliprf", "elliprd", "elliprg", "elliprj", "elliprc", "agm", "besselpoly", "lpmv", "eval_sh_jacobi",
+            "assoc_laguerre", "chndtr", "chndtrix", "tklmbda", "voigt_profile", "diric", "airye", "modfresnelp",
+            "modfresnelm"]
+
+
 # --- the names of scipy.special that are not differentiable here, and why -----------------------
 NOT_DIFFERENTIABLE = {}
 
@@ -816,14 +1042,11 @@ _explain("Mathieu, spheroidal and parabolic cylinder functions: derivatives in t
 _explain("returns the values for all orders up to n at once: not yet differentiable",
          "lqn lqmn riccati_jn riccati_yn assoc_legendre_p_all legendre_p_all sph_harm_y_all "
          "sph_legendre_p_all lmbda")
-_explain("not yet: a closed-form derivative exists but is not written (scaled Airy functions, "
-         "Carlson elliptic integrals, "
-         "associated Legendre and spherical harmonics, noncentral distributions, ...)",
-         "agm airye assoc_laguerre besselpoly diric "
-         "elliprc elliprd elliprf elliprg elliprj ellip_harm ellip_harm_2 ellip_normal eval_sh_jacobi "
-         "lpmv assoc_legendre_p legendre_p sph_legendre_p sph_harm_y "
-         "modfresnelm modfresnelp tklmbda voigt_profile chndtr chndtrix ncfdtr ncfdtri nctdtr "
-         "nctdtrit")
+_explain("not yet: a closed-form derivative exists but is not written (Lame's ellipsoidal harmonics, "
+         "SciPy 1.15's Legendre and spherical harmonics with their diff_n outputs, the noncentral F and t "
+         "distributions)",
+         "ellip_harm ellip_harm_2 ellip_normal assoc_legendre_p legendre_p sph_legendre_p sph_harm_y "
+         "ncfdtr ncfdtri nctdtr nctdtrit")
 _explain("NumPy's sinc, which SciPy re-exports: use wengert.numpy.sinc", "sinc")
 
 # the integer-valued and piecewise constant ones pass values through (no gradient), as NumPy's
