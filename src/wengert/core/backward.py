@@ -122,6 +122,9 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
     owned = bytearray(n)
     for index, ct in seeds:
         accumulate(cts, owned, index, ct)
+    # Storing a first contribution is written out below (the common case of every entry), unless
+    # an observer measures accumulation with an accumulator of its own.
+    inline = accumulate is _ACCUMULATE
     for i in range(n - 1, -1, -1):
         g = cts[i]
         if g is None:
@@ -157,11 +160,21 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                 continue
             for (position, parent), c in zip(parents, prim._fused_vjp(g, ans, args, params, parents)):
                 if c is not None:
-                    accumulate(cts, owned, parent, c)
+                    if inline and cts[parent] is None and type(c) is not tuple and type(c) is not _Select:
+                        cts[parent] = c
+                    else:
+                        accumulate(cts, owned, parent, c)
             continue
         rules = prim._vjp
         for position, parent in parents:
             c = rules[position](g, ans, *args, **params)
             if c is not None:
-                accumulate(cts, owned, parent, c)
+                # accumulate's first case, inlined: an array's first contribution is stored as it is
+                if inline and cts[parent] is None and type(c) is not tuple and type(c) is not _Select:
+                    cts[parent] = c
+                else:
+                    accumulate(cts, owned, parent, c)
     return cts
+
+
+_ACCUMULATE = accumulate

@@ -41,23 +41,30 @@ def root(array):
 
 
 def _scan_saved(trace):
-    """Bring ``trace.saved`` (memory that tape entries keep for their values) up to date."""
-    if trace.saved is None:
-        trace.saved = {}
+    """Bring ``trace.saved`` (memory that tape entries keep for their values) up to date.
+
+    Incremental: each entry is read once, at the first write after it was recorded. Most entries
+    keep no array for its values (dropped, Metadata, plain numbers), so the loop only tests types.
+    """
+    saved = trace.saved
+    if saved is None:
+        saved = trace.saved = {}
     tape = trace.tape
-    for i in range(trace.scanned, len(tape)):
+    end = len(tape)
+    for i in range(trace.scanned, end):
         prim, args, ans, params, parents = tape[i]
         if prim is None:
             continue
         if ans is not None:
             for a in (ans if prim.multiple_results else (ans,)):
                 if isinstance(a, np.ndarray):
-                    trace.saved.setdefault(id(root(a)), prim.name)
-        flags = prim.value_args
-        for k, a in enumerate(args or ()):
-            if isinstance(a, np.ndarray) and (flags is None or k >= len(flags) or flags[k]):
-                trace.saved.setdefault(id(root(a)), prim.name)
-    trace.scanned = len(tape)
+                    saved.setdefault(id(root(a)), prim.name)
+        if args:
+            flags = prim.value_args
+            for k, a in enumerate(args):
+                if isinstance(a, np.ndarray) and (flags is None or k >= len(flags) or flags[k]):
+                    saved.setdefault(id(root(a)), prim.name)
+    trace.scanned = end
 
 
 def check_not_stale(trace, args, prim):
@@ -73,13 +80,36 @@ def check_not_stale(trace, args, prim):
                 )
 
 
+def stale_guard(trace, args, prim):
+    """A tape's guard once it has in-place writes: ``check_not_stale`` for the values made before
+    the latest write (``trace.last_write``, a tape index). A value made after it cannot be a view
+    that a write overtook, so the common case costs one comparison per argument."""
+    last = trace.last_write
+    for a in args:
+        if type(a) is Tracer and a._trace is trace and a.index < last:
+            check_not_stale(trace, (a,), prim)
+
+
 def refuse_writes_into_inputs(trace, memory):
     """An input of a transform is the caller's array: writing into it (or a view of it) is refused."""
     for arr in trace.inputs:
         if root(arr) is memory:
-            raise InPlaceWriteError(
-                "x[...] = v writes into an input of the transform (or a view of one): that would change "
-                "the caller's array. " + ADVICE)
+            _refuse_input()
+
+
+def _refuse_input():
+    raise InPlaceWriteError(
+        "x[...] = v writes into an input of the transform (or a view of one): that would change "
+        "the caller's array. " + ADVICE)
+
+
+def _input_memory(trace):
+    """The ids of the memory of ``trace``'s inputs, computed again only when inputs were added."""
+    inputs = trace.inputs
+    cached = trace.input_memory
+    if cached is None or cached[0] != len(inputs):
+        cached = trace.input_memory = (len(inputs), frozenset(id(root(arr)) for arr in inputs))
+    return cached[1]
 
 
 def write_in_place(x, index, value, write_prim):
@@ -96,37 +126,44 @@ def write_in_place(x, index, value, write_prim):
 
 def _record_write(x, index, value, write_prim):
     trace = x._trace
-    if type(x.value) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
+    array = x.value
+    if type(array) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
         if is_batched(x) or is_batched(value):
             raise BatchedInPlaceWriteError(
                 "an in-place write into values that vmap batches, under another transform")
         raise InPlaceWriteError(
             "In-place writes are supported under a single transform only (not inside grad of grad). "
             + ADVICE)
-    memory = root(x.value)
-    if not isinstance(x.value, np.ndarray):
+    if not isinstance(array, np.ndarray):
         raise InPlaceWriteError("Item assignment needs an array; " + ADVICE)
-    refuse_writes_into_inputs(trace, memory)
-    _scan_saved(trace)
-    saver = trace.saved.get(id(memory))
+    memory = root(array)
+    key = id(memory)
+    if key in _input_memory(trace):
+        _refuse_input()
+    if trace.scanned < len(trace.tape):
+        _scan_saved(trace)
+    saved = trace.saved
+    saver = saved.get(key) if saved else None
     if saver is not None:
         raise InPlaceWriteError(
             f"x[...] = v changes an array that {saver} saved for its gradient earlier; the backward "
             f"pass of {saver} would read the new values and give a wrong gradient. " + ADVICE)
     if trace.written is None:
         trace.written = {}
-        trace.guard = check_not_stale
-    else:
+        trace.guard = stale_guard
+    elif x.index < trace.last_write:
         check_not_stale(trace, (x,), write_prim)
-    plain_value = value.value if type(value) is Tracer and value._trace is trace else value
+    ours = type(value) is Tracer and value._trace is trace
+    plain_value = value.value if ours else value
     if type(plain_value) is Tracer:
         raise InPlaceWriteError("The written value belongs to another transform. " + ADVICE)
-    x.value[index] = plain_value
-    parents = [(0, x.index)]
-    if type(value) is Tracer and value._trace is trace:
-        parents.append((1, value.index))
-    shape = np.shape(plain_value)
-    x.index = trace.record(write_prim, [None, None], None, {"index": index, "value_shape": shape},
-                           tuple(parents))
-    trace.written[id(memory)] = x.index
-    trace.scanned = len(trace.tape)
+    array[index] = plain_value
+    shape = plain_value.shape if type(plain_value) is np.ndarray else np.shape(plain_value)
+    tape = trace.tape
+    last = len(tape)
+    tape.append((write_prim, [None, None], None, {"index": index, "value_shape": shape},
+                 ((0, x.index), (1, value.index)) if ours else ((0, x.index),)))
+    x.index = last
+    trace.written[key] = last
+    trace.last_write = last
+    trace.scanned = last + 1   # the write's entry keeps nothing

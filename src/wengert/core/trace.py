@@ -110,7 +110,7 @@ class ReverseTrace(Trace):
     """Reverse mode's level: a tape (the Wengert list), the transform's inputs, and the
     bookkeeping in-place writes need (``core/mutation.py``)."""
 
-    __slots__ = ("tape", "inputs", "written", "saved", "scanned", "observe")
+    __slots__ = ("tape", "inputs", "written", "saved", "scanned", "observe", "last_write", "input_memory")
 
     def __init__(self):
         super().__init__()
@@ -120,6 +120,8 @@ class ReverseTrace(Trace):
         self.written = None   # id(base array) -> tape index of its latest in-place write
         self.saved = None     # id(base array) -> name of a primitive that saved it (see mutation.py)
         self.scanned = 0      # how much of the tape ``saved`` covers
+        self.last_write = -1  # tape index of the latest in-place write (values made later are not stale)
+        self.input_memory = None   # (number of inputs, ids of their memory), for refusing writes into them
 
     def record(self, prim, args, ans, params, parents):
         """Append one tape entry; its index. (``bind`` inlines this: it is the hot path.)"""
@@ -360,7 +362,7 @@ class Primitive:
     """
 
     __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "fused_jvp", "linear", "batch", "batched_vjp", "keep_ans",
-                 "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp", "rewrite", "_reads", "plans",
+                 "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp", "rewrite", "_reads", "plans", "arity",
                  "_derived_ans")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None,
@@ -385,6 +387,7 @@ class Primitive:
         self._derived_ans = self.keep_ans   # keep_ans may be set to True by hand later (nn.py)
         self._reads = _rule_reads(vjp)
         self.plans = {} if self._reads is not None else None
+        self.arity = len(self._reads) if self._reads is not None else -1   # positional arguments the plans cover
 
     @property
     def vjp(self):
@@ -418,9 +421,11 @@ class Primitive:
 
     def plan(self, traced):
         """What an entry keeps when the arguments at bit mask ``traced`` are traced: only the rules of
-        those run. ``(drop, spare, metadata, keep_ans)``: positions no rule reads (dropped), read
-        only by the rules of untraced arguments (large arrays dropped), read only for metadata by
-        the rules that run (large arrays kept as Metadata); whether those rules read the output."""
+        those run. ``(keep_ans, trims)``: whether those rules read the output, and ``trims``, None
+        when every argument is kept as it is, else ``(drop, spare, metadata)``: positions no rule
+        reads (dropped), read only by the rules of untraced arguments (large arrays dropped), read
+        only for metadata by the rules that run (large arrays kept as Metadata). Cached per mask:
+        bind reads ``plans`` directly."""
         plan = self.plans.get(traced)
         if plan is None:
             values, metadata, keep_ans = set(), set(), False
@@ -433,8 +438,9 @@ class Primitive:
             n = len(self._reads)   # positional arguments (rules also name keyword parameters)
             read_at_all = set().union(*(r[1] | r[2] for r in self._reads))
             spare = tuple(sorted(i for i in read_at_all - values - metadata if i < n))
-            plan = (tuple(i for i in self.drop_args if i < n), spare,
-                    tuple(sorted(i for i in metadata - values if i < n)), keep_ans)
+            trims = (tuple(i for i in self.drop_args if i < n), spare,
+                     tuple(sorted(i for i in metadata - values if i < n)))
+            plan = (keep_ans, trims if any(trims) else None)
             self.plans[traced] = plan
         return plan
 
@@ -533,37 +539,55 @@ def bind(prim, args, params):
     """Run ``prim`` on arguments some of which are tracers, recording one tape entry at the top level.
 
     This is the cost wengert adds to every operation, so the one- and two-argument cases are
-    spelled out, and a tracer is built without an ``__init__`` call.
+    spelled out (which arguments are traced, as the bit mask ``traced``, and whether a value of an
+    outer level remains, ``nested``, fall out of the same tests), and a tracer is built without an
+    ``__init__`` call.
     """
     n = len(args)
     if n == 1:
         a = args[0]
         trace = a._trace
-        vals = [a.value]
+        va = a.value
+        vals = [va]
         parents = ((0, a.index),)
+        traced = 1
+        nested = type(va) is Tracer
     elif n == 2:
         a, b = args
         if type(a) is Tracer:
             trace = a._trace
+            va = a.value
             if type(b) is Tracer:
                 other = b._trace
                 if other is trace:
-                    vals = [a.value, b.value]
+                    vb = b.value
+                    vals = [va, vb]
                     parents = ((0, a.index), (1, b.index))
-                elif other.level > trace.level:
-                    trace = other
-                    vals = [a, b.value]
-                    parents = ((1, b.index),)
-                else:
-                    vals = [a.value, b]
-                    parents = ((0, a.index),)
+                    traced = 3
+                    nested = type(va) is Tracer or type(vb) is Tracer
+                else:   # two levels: the inner one records, the outer one sees it through prim()
+                    nested = True
+                    if other.level > trace.level:
+                        trace = other
+                        vals = [a, b.value]
+                        parents = ((1, b.index),)
+                        traced = 2
+                    else:
+                        vals = [va, b]
+                        parents = ((0, a.index),)
+                        traced = 1
             else:
-                vals = [a.value, b]
+                vals = [va, b]
                 parents = ((0, a.index),)
+                traced = 1
+                nested = type(va) is Tracer
         else:
             trace = b._trace
-            vals = [a, b.value]
+            vb = b.value
+            vals = [a, vb]
             parents = ((1, b.index),)
+            traced = 2
+            nested = type(vb) is Tracer
     else:
         trace = None
         for a in args:
@@ -573,10 +597,18 @@ def bind(prim, args, params):
                     trace = t
         vals = list(args)
         parents = []
+        traced = 0
+        nested = False
         for i, a in enumerate(args):
-            if type(a) is Tracer and a._trace is trace:
-                vals[i] = a.value
-                parents.append((i, a.index))
+            if type(a) is Tracer:
+                if a._trace is trace:
+                    vals[i] = v = a.value
+                    parents.append((i, a.index))
+                    traced |= 1 << i
+                    if type(v) is Tracer:
+                        nested = True
+                else:
+                    nested = True
         parents = tuple(parents)
     if trace.guard is not None:
         if trace.computes:
@@ -585,46 +617,40 @@ def bind(prim, args, params):
         if trace.observe is not None:
             return trace.observe.operation(trace, prim, args, vals, parents, params)
     # the rest is apply_and_record, written out: this is the hot path
-    for v in vals:
-        if type(v) is Tracer:
-            ans = prim(*vals, **params)
-            break
-    else:
-        ans = prim.impl(*vals, **params)
+    ans = prim(*vals, **params) if nested else prim.impl(*vals, **params)
     if not prim.records:
         return ans
-    if prim.plans is None or len(prim._reads) != n:
+    plans = prim.plans
+    if plans is not None and prim.arity == n:
+        # keep what the rules of the traced arguments read (Primitive.plan)
+        keep_ans, trims = plans.get(traced) or prim.plan(traced)
+        if trims is not None:
+            drop, spare, metadata = trims
+            for i in drop:
+                vals[i] = None
+            for i in spare:
+                v = vals[i]
+                if type(v) is _ndarray and v.size > SMALL:
+                    vals[i] = None
+            for i in metadata:
+                v = vals[i]
+                if type(v) is _ndarray and v.size > SMALL:
+                    vals[i] = Metadata(v)
+    else:
         keep_ans = prim.keep_ans
         for i in prim.drop_args:
             if i < n:
                 vals[i] = None
-    else:   # keep what the rules of the traced arguments read (Primitive.plan)
-        if len(parents) == n:
-            traced = (1 << n) - 1
-        else:
-            traced = 0
-            for p, _ in parents:
-                traced |= 1 << p
-        drop, spare, metadata, keep_ans = prim.plans.get(traced) or prim.plan(traced)
-        for i in drop:
-            vals[i] = None
-        for i in spare:
-            v = vals[i]
-            if type(v) is _ndarray and v.size > SMALL:
-                vals[i] = None
-        for i in metadata:
-            v = vals[i]
-            if type(v) is _ndarray and v.size > SMALL:
-                vals[i] = Metadata(v)
     tape = trace.tape
+    index = len(tape)
     if prim.multiple_results:
         tape.append((prim, vals, ans, params, parents))
-        return _select_outputs(ans, trace, len(tape) - 1)
+        return _select_outputs(ans, trace, index)
     tape.append((prim, vals, ans if keep_ans else None, params, parents))
     out = _new(Tracer)
     out.value = ans
     out._trace = trace
-    out.index = len(tape) - 1
+    out.index = index
     return out
 
 

@@ -222,7 +222,7 @@ def _scan(prim, name):
         if dtype is not None:
             a = astype(a, dtype)
         if axis is None:
-            return prim(ravel(a), axis=0)
+            return prim(ravel(a) if _ndim(a) != 1 else a, axis=0)
         return prim(a, axis=axis % _ndim(a))
     return scan
 
@@ -451,8 +451,9 @@ def _sequence_traceable(np_fn):
     def decorate(fn):
         @functools.wraps(np_fn)
         def call(arrays, *args, **kwargs):
-            if builtins.any(contains_tracer(a) for a in arrays):
-                return fn([as_traced_operand(a) for a in arrays], *args, **kwargs)
+            for a in arrays:
+                if type(a) is Tracer or contains_tracer(a):
+                    return fn([as_traced_operand(a) for a in arrays], *args, **kwargs)
             return np_fn(arrays, *args, **kwargs)
 
         return call
@@ -474,8 +475,9 @@ def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     _unsupported("stack", out=out, dtype=dtype)
     arrays = [as_traced_operand(a) for a in arrays]
     shape = _shape(arrays[0])
-    if builtins.any(_shape(a) != shape for a in arrays):
-        raise ValueError("all input arrays must have the same shape")
+    for a in arrays:
+        if _shape(a) != shape:
+            raise ValueError("all input arrays must have the same shape")
     return S.stack(*arrays, axis=axis % (len(shape) + 1))
 
 
@@ -597,9 +599,12 @@ def repeat(a, repeats, axis=None):
 @traceable(np.pad)
 def pad(array, pad_width, mode="constant", **kwargs):
     nd = _ndim(array)
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=int).reshape(-1, 2) if np.ndim(pad_width) else
-                             np.asarray([[pad_width, pad_width]]), (nd, 2))
-    widths = tuple((int(b), int(e)) for b, e in widths)
+    if type(pad_width) is int:   # the common spelling, without NumPy's broadcasting of the widths
+        widths = ((pad_width, pad_width),) * nd
+    else:
+        widths = np.broadcast_to(np.asarray(pad_width, dtype=int).reshape(-1, 2) if np.ndim(pad_width) else
+                                 np.asarray([[pad_width, pad_width]]), (nd, 2))
+        widths = tuple((int(b), int(e)) for b, e in widths)
     if mode == "constant":
         value = kwargs.pop("constant_values", 0)
         if np.ndim(value) != 0:

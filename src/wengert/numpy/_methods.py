@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from ..core.errors import NoDerivativeError
-from ..core.mutation import write_in_place
+from ..core.mutation import check_not_stale, stale_guard, write_in_place
 from ..core.trace import SMALL, Metadata, Tracer, bind, make_tracer, unbox
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
@@ -69,8 +69,12 @@ def _getitem(self, index):
         index = clean_index(index)
     trace = self._trace
     value = self.value
-    if trace.guard is not None or type(value) is Tracer:
-        return bind(S.getitem, (self,), {"index": index})
+    guard = trace.guard
+    if guard is not None or type(value) is Tracer:
+        if guard is not stale_guard or trace.observe is not None or type(value) is Tracer:
+            return bind(S.getitem, (self,), {"index": index})
+        if self.index < trace.last_write:   # stale_guard, inlined: a tape with in-place writes
+            check_not_stale(trace, (self,), S.getitem)
     tape = trace.tape
     # the rule reads only the parent's shape and dtype: a large parent is not kept alive for it
     kept = Metadata(value) if type(value) is np.ndarray and value.size > SMALL else value
@@ -182,6 +186,18 @@ def _array_function(self, func, types, args, kwargs):
     return fn(*args, **kwargs)
 
 
+def _operator(prim, reflected):
+    """``self <op> other`` on a tracer (``other <op> self`` when ``reflected``: ``__radd__`` and the
+    like): straight to bind (``self`` is traced, so Primitive's own test for tracers is already
+    answered), unless the primitive has a rewrite hook."""
+    def op(self, other):
+        args = (other, self) if reflected else (self, other)
+        if prim.rewrite is None:
+            return bind(prim, args, {})
+        return prim(*args)
+    return op
+
+
 def _compare(op):
     fn = nondiff(op)  # nondiff: batched values (vmap) keep their batch axis
     return lambda self, other: fn(self, other)
@@ -259,18 +275,10 @@ def install(wnp):
     T.real = property(lambda self: wnp.real(self))
     T.imag = property(lambda self: wnp.imag(self))
 
-    T.__add__ = lambda self, other: E.add(self, other)
-    T.__radd__ = lambda self, other: E.add(other, self)
-    T.__sub__ = lambda self, other: E.subtract(self, other)
-    T.__rsub__ = lambda self, other: E.subtract(other, self)
-    T.__mul__ = lambda self, other: E.multiply(self, other)
-    T.__rmul__ = lambda self, other: E.multiply(other, self)
-    T.__truediv__ = lambda self, other: E.divide(self, other)
-    T.__rtruediv__ = lambda self, other: E.divide(other, self)
-    T.__pow__ = lambda self, other: E.power(self, other)
-    T.__rpow__ = lambda self, other: E.power(other, self)
-    T.__mod__ = lambda self, other: E.remainder(self, other)
-    T.__rmod__ = lambda self, other: E.remainder(other, self)
+    for name, prim in (("add", E.add), ("sub", E.subtract), ("mul", E.multiply), ("truediv", E.divide),
+                       ("pow", E.power), ("mod", E.remainder)):
+        setattr(T, f"__{name}__", _operator(prim, False))
+        setattr(T, f"__r{name}__", _operator(prim, True))
     T.__floordiv__ = _compare(operator.floordiv)
     T.__rfloordiv__ = lambda self, other: _compare(operator.floordiv)(other, self)
     def matmul_op(self, other):
