@@ -12,7 +12,7 @@ from .buffer import Buffer, at
 from .core.mutation import InPlaceWriteError
 from .core.errors import (GradientDroppedWarning, LeakedTracerError, NoDerivativeError,
                           NonDifferentiableInputError, NonScalarOutputError, TracerConversionError,
-                          WengertError)
+                          BackendError, WengertError)
 from .core.trace import Tracer
 from .transforms.check import check_grads
 from .profiling import profile

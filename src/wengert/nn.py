@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .core.namespace import is_foreign
 from .core.trace import Tracer, unbox
 from .primitives import nn as P
 from .primitives._table import unbox_all
@@ -41,7 +42,7 @@ def _shape(x):
 
 
 def _operand(x):
-    return x if type(x) is Tracer else np.asarray(x)
+    return x if type(x) is Tracer or is_foreign(x) else np.asarray(x)
 
 
 def _axes(axis, ndim, name):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import namespace
 from .errors import NeedsLoop
 from .trace import OBSERVER, Tracer, _Select, is_batched
 
@@ -46,13 +47,18 @@ def _add_at(buffer, index, g):
             view += g
         else:
             buffer[index] = view + g
-    else:
+    elif type(buffer) is np.ndarray:
         np.add.at(buffer, index, g)
+    else:   # another library's array: its scatter-add, or a clear refusal (Dask has none)
+        namespace.scatter_add(buffer, index, g, "an indexed read x[index]")
 
 
 def _dense(c):
     index, g, shape, dtype = c
-    buffer = np.zeros(shape, np.result_type(dtype, g.dtype) if hasattr(g, "dtype") else dtype)
+    if type(g) is np.ndarray or not namespace.is_foreign(g):
+        buffer = np.zeros(shape, np.result_type(dtype, g.dtype) if hasattr(g, "dtype") else dtype)
+    else:   # zeros in g's namespace and on its device
+        buffer = namespace.zeros(shape, namespace.result_type(g, dtype), g)
     _add_at(buffer, index, g)
     return buffer
 
@@ -69,7 +75,7 @@ def accumulate(cts, owned, i, c):
             cts[i] = old + _dense(c)
         else:
             if not owned[i]:
-                old = cts[i] = np.array(old, dtype=np.result_type(old, c[1]), copy=True)
+                old = cts[i] = namespace.copy(old, namespace.result_type(old, c[1]))
                 owned[i] = 1
             try:
                 _add_at(old, c[0], c[1])
@@ -85,7 +91,7 @@ def accumulate(cts, owned, i, c):
         return
     if old is None:
         cts[i] = c
-    elif owned[i] and kind is not Tracer:
+    elif owned[i] and kind is not Tracer and type(old) is np.ndarray:
         try:
             np.add(old, c, out=old)
         except TypeError:  # a complex contribution into a real buffer
@@ -141,7 +147,7 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
             tape[i] = None
         if prim.multiple_results:
             g = tuple(
-                np.zeros_like(a) if gi is None and type(a) is not Tracer
+                namespace.zeros_like(a) if gi is None and type(a) is not Tracer
                 else (a * 0 if gi is None else gi)
                 for gi, a in zip(g, ans)
             )

@@ -45,3 +45,8 @@ class TracerConversionError(WengertError, TypeError):
 class GradientDroppedWarning(UserWarning):
     """A traced value was turned into a Python number (``float()``, ``.item()``, ``math.*``): the
     number carries no gradient. ``float(wg.stop_gradient(x))`` says it on purpose, silently."""
+
+
+class BackendError(WengertError, TypeError):
+    """An operation a non-NumPy array library (Dask, CuPy, an array-API namespace) cannot do the way
+    wengert needs it (lazily, on its device); the message names the operation and what to do."""

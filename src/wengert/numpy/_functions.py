@@ -13,6 +13,7 @@ import numpy as np
 import opt_einsum
 
 from ..core.errors import NoDerivativeError
+from ..core.namespace import is_foreign as _is_foreign
 from ..core.trace import Tracer, unbox
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
@@ -87,9 +88,11 @@ def _norm_axis(axis, ndim):
 def as_traced_operand(x):
     """Leave tracers alone; turn lists and scalars into arrays so shapes are known (a list that
     holds traced values becomes one traced array)."""
-    if type(x) is Tracer:
+    if type(x) is Tracer or type(x) is np.ndarray:
         return x
-    return asarray(x) if contains_tracer(x) else np.asarray(x)
+    if contains_tracer(x):
+        return asarray(x)
+    return x if _is_foreign(x) else np.asarray(x)   # a Dask or CuPy array stays one
 
 
 # --- elementwise -------------------------------------------------------------------------------

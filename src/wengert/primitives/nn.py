@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from ..core.namespace import is_foreign
 from ..core.trace import Tracer, unbox
 from . import contractions as C
 from . import elementwise as E
@@ -48,7 +49,8 @@ GELU_A = 0.044715
 # --- helpers -----------------------------------------------------------------------------------
 def _up(x):
     """``(x as a floating array to compute with, dtype to return)``: float16 computes in float32."""
-    x = np.asarray(x)
+    if type(x) is not np.ndarray and not is_foreign(x):
+        x = np.asarray(x)
     dt = x.dtype
     if dt == np.float16:
         return x.astype(np.float32), dt
@@ -74,7 +76,7 @@ def _rule_down(c, dtype):
 def _shift(x, axis):
     """``x - max(x)`` along ``axis`` (the max taken as 0 where it is not finite: all -inf rows)."""
     m = np.max(x, axis=axis, keepdims=True)
-    if not np.isfinite(m).all():
+    if type(m) is not np.ndarray or not np.isfinite(m).all():   # a lazy array: no branch on values
         m = np.where(np.isfinite(m), m, 0)
     return x - m, m
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.namespace import is_foreign, namespace
 from ..core.trace import Tracer, unbox
 from ._batching import reduction_rule, scan_rule
 from ._table import defprim, elementwise_constant, nondiff, staged
@@ -25,7 +26,8 @@ def _axes(axis, ndim):
 
 def _expand_to(g, shape, axis, keepdims):
     """Put back the reduced axes of ``g`` (as size 1) and broadcast it to ``shape``."""
-    if type(g) is not Tracer and (axis is None or keepdims) and len(shape) <= 2 and _small(shape):
+    if type(g) is not Tracer and (axis is None or keepdims) and len(shape) <= 2 and _small(shape) \
+            and not is_foreign(g):
         # a plain cotangent that broadcasts as it is (a full reduction's 0-d one, or kept axes)
         out = np.empty(shape, g.dtype)
         out[...] = g
@@ -35,7 +37,7 @@ def _expand_to(g, shape, axis, keepdims):
         for a in _axes(axis, len(shape)):
             kept[a] = 1
         g = reshape(g, shape=tuple(kept))
-    if type(g) is not Tracer and len(shape) <= 2 and _small(shape):
+    if type(g) is not Tracer and len(shape) <= 2 and _small(shape) and not is_foreign(g):
         out = np.empty(shape, g.dtype)  # cheaper than np.broadcast_to's Python-level checks
         out[...] = g
         return out
@@ -54,6 +56,8 @@ def _small(shape):
 def _sum(x, axis=None, keepdims=False):
     if type(x) is np.ndarray:
         return x.sum(axis=axis, keepdims=keepdims)
+    if is_foreign(x):   # unbroadcast's sum, in the operand's namespace (core/namespace.py)
+        return namespace(x).sum(x, axis=axis, keepdims=keepdims)
     return np.sum(x, axis=axis, keepdims=keepdims)
 
 

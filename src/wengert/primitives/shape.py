@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.backward import is_basic, indexed_cotangent
+from ..core.namespace import copy as _copy_of, is_foreign, namespace, result_type, scatter_add
+from ..core.namespace import zeros as _zeros_like_in
 from ..core.trace import Tracer, dtype_of, unbox
 from ._batching import (axis_rule, broadcast_to_rule, diagonal_embed_rule, diagonal_rule, getitem_rule, index_add_rule,
                         join_rule, pad_rule, reshape_rule, roll_rule, transpose_rule, unary_rule)
@@ -17,11 +19,18 @@ from ._table import defprim, unbroadcast
 from . import complex as _complex
 
 
+# The implementations below that wengert's engine calls itself (unbroadcast, accumulation) take a
+# non-NumPy operand's namespace (array-API arrays have no NumPy dispatch); NumPy's arrays pay one
+# type check (core/namespace.py).
 def _reshape(x, shape):
+    if type(x) is not np.ndarray and is_foreign(x):
+        return namespace(x).reshape(x, shape)
     return np.reshape(x, shape)
 
 
 def _transpose(x, axes=None):
+    if type(x) is not np.ndarray and is_foreign(x):
+        return namespace(x).permute_dims(x, tuple(range(x.ndim))[::-1] if axes is None else tuple(axes))
     return np.transpose(x, axes)
 
 
@@ -32,6 +41,8 @@ def _inverse_axes(axes, ndim):
 
 
 def _broadcast_to(x, shape):
+    if type(x) is not np.ndarray and is_foreign(x):
+        return namespace(x).broadcast_to(x, shape)
     return np.broadcast_to(x, shape)
 
 
@@ -125,12 +136,20 @@ def _zeros_view(shape, dtype):
     return np.ndarray(shape, dtype, buffer=bytes(dtype.itemsize), strides=(0,) * len(shape))  # read-only
 
 
+def _scatter_base(shape, dtype, g):
+    """The zeros an indexed cotangent ``g`` is scattered into, of both kinds' dtype: a ``_zeros_view``
+    for NumPy, zeros in ``g``'s namespace for another library's array."""
+    if is_foreign(g):
+        return _zeros_like_in(shape, result_type(dtype, g), g)
+    return _zeros_view(shape, np.result_type(dtype, dtype_of(g)))
+
+
 def _getitem_vjp(g, ans, x, index):
     if type(g) is Tracer:   # a real x may receive a complex cotangent (docs/complex.md): zeros of both kinds
-        return index_add(_zeros_view(x.shape, np.result_type(x.dtype, dtype_of(g))), g, index=index)
+        return index_add(_scatter_base(x.shape, x.dtype, unbox(g)), g, index=index)
     level = _batch_level_of(index)
     if level is not None:   # indices that differ per example (vmap) or per call (jit): that level scatters
-        zeros = _zeros_view(x.shape, np.result_type(x.dtype, dtype_of(g)))
+        zeros = _scatter_base(x.shape, x.dtype, g)
         return level.process(index_add, (zeros, g), [zeros, g], (), {"index": index})
     return indexed_cotangent(index, g, x.shape, x.dtype)
 
@@ -148,6 +167,15 @@ getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True, batch=get
 
 
 def _index_add(base, values, index):
+    if (type(base) is not np.ndarray and is_foreign(base)) or (type(values) is not np.ndarray and is_foreign(values)):
+        if not is_foreign(base):   # NumPy zeros from a rule, Dask or CuPy values: values' namespace
+            base = _zeros_like_in(np.shape(base), base.dtype, values)
+        out = _copy_of(base)
+        if is_basic(index):
+            out[index] = out[index] + values
+        else:
+            scatter_add(out, index, values, "an indexed read x[index] (second order)")
+        return out
     out = np.array(base, copy=True)
     if is_basic(index):
         out[index] += values
@@ -163,7 +191,7 @@ def _index_add_jvp(tangents, ans, args, params):
         return t_base
     if t_base is None:
         shape = ans.shape if type(ans) is Tracer else np.shape(ans)
-        t_base = np.zeros(shape, np.result_type(unbox(ans).dtype, unbox(t_values).dtype))
+        t_base = _scatter_base(shape, unbox(ans).dtype, unbox(t_values))
     return index_add(t_base, t_values, index=params["index"])
 
 

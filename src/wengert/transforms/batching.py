@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 
-from ..core import tree
+from ..core import namespace, tree
 from ..core.errors import LeakedTracerError
 from ..core.trace import Trace, Tracer, close_level, make_tracer, open_level, open_levels
 from ..primitives._batching import NeedsLoop, broadcast_batch, concrete, pad_batched
@@ -384,7 +384,7 @@ def _move(x, source, dest):
     if source == dest:
         return x
     if type(x) is not Tracer:
-        if type(x) is not np.ndarray:
+        if type(x) is not np.ndarray and not namespace.is_foreign(x):
             x = np.asarray(x)
         order = list(range(x.ndim))
         order.insert(dest, order.pop(source))
@@ -699,7 +699,7 @@ def _run_loop(f, flat, size, out_axes):
         if any(type(p) is Tracer for p in pieces):
             stacked = wnp.stack(pieces)
         else:
-            stacked = np.stack([np.asarray(p) for p in pieces])
+            stacked = np.stack([p if namespace.is_foreign(p) else np.asarray(p) for p in pieces])
         result.append(_move(stacked, 0, axes[k] % np.ndim(stacked) if type(stacked) is not Tracer
                             else axes[k] % stacked.ndim))
     return tree.unflatten(treedef, result)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import tree
+from ..core import namespace, tree
 from ..core.trace import Tracer, unbox
 from .reverse import argnames, _Recording, grad
 from .. import numpy as wnp
@@ -17,6 +17,9 @@ def _to_float64(x):
         return np.float64(x)
     if isinstance(x, complex):
         return np.complex128(x)
+    if namespace.is_foreign(x):   # another library's array: float64 in its own namespace
+        return namespace.copy(x, np.complex128 if _is_complex(x) else np.float64) \
+            if namespace.is_inexact(x.dtype) else x
     if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.floating):
         return np.asarray(x, dtype=np.float64)
     if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.complexfloating):
@@ -25,7 +28,15 @@ def _to_float64(x):
 
 
 def _differentiable(x):
-    return hasattr(x, "dtype") and np.issubdtype(x.dtype, np.inexact)
+    return hasattr(x, "dtype") and namespace.is_inexact(x.dtype)
+
+
+def _is_complex(x):
+    """np.iscomplexobj, also for an array-API namespace's dtypes."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or isinstance(dtype, np.dtype):
+        return np.iscomplexobj(x)
+    return namespace.is_inexact(dtype) and not namespace.is_real_floating(dtype)
 
 
 def _split_complex(f, xs, labels):
@@ -36,7 +47,7 @@ def _split_complex(f, xs, labels):
     """
     parts, new_labels, spans = [], [], []
     for x, label in zip(xs, labels):
-        if np.iscomplexobj(x):
+        if _is_complex(x):
             spans.append(2)
             parts += [np.real(x), np.imag(x)]
             new_labels += [f"{label} (real part)", f"{label} (imaginary part)"]
@@ -75,17 +86,18 @@ def _scalarize(f, args, rng):
     """``f`` if it returns a scalar, else ``sum_k <u_k, f(...)_k>`` with fixed random ``u_k``."""
     out = f(*args)
     leaves, treedef = tree.flatten(out)
-    if treedef == tree.LEAF and np.ndim(unbox(leaves[0])) == 0 and not np.iscomplexobj(unbox(leaves[0])):
+    if treedef == tree.LEAF and np.ndim(unbox(leaves[0])) == 0 and not _is_complex(unbox(leaves[0])):
         return f
     weights = [rng.standard_normal(np.shape(unbox(leaf))) for leaf in leaves]
-    weights = [w + 1j * rng.standard_normal(np.shape(w)) if np.iscomplexobj(unbox(leaf)) else w
+    weights = [namespace.like(w + 1j * rng.standard_normal(np.shape(w)) if _is_complex(unbox(leaf))
+                              else w, unbox(leaf))   # in the output's namespace and on its device
                for w, leaf in zip(weights, leaves)]
 
     def scalar_f(*a):
         total = 0.0
         for w, leaf in zip(weights, tree.flatten(f(*a))[0]):
             term = wnp.sum(w * leaf)
-            total = total + (wnp.real(term) if np.iscomplexobj(unbox(term)) else term)
+            total = total + (wnp.real(term) if _is_complex(unbox(term)) else term)
         return total
 
     return scalar_f
@@ -93,7 +105,7 @@ def _scalarize(f, args, rng):
 
 def _numeric_gradient(f, xs, i, eps, max_elements, rng):
     """Central differences of scalar ``f(*xs)`` in the elements of ``xs[i]`` (a sample if many)."""
-    base = np.array(xs[i], dtype=np.float64)
+    base = np.array(namespace.to_numpy(xs[i]), dtype=np.float64)
     size = base.size
     chosen = np.arange(size) if size <= max_elements else np.sort(rng.choice(size, max_elements, replace=False))
     numeric = {}
@@ -103,7 +115,7 @@ def _numeric_gradient(f, xs, i, eps, max_elements, rng):
             moved = base.copy()
             moved.flat[flat] += step
             new = list(xs)
-            new[i] = moved if np.ndim(xs[i]) else moved[()]
+            new[i] = namespace.like(moved, xs[i]) if np.ndim(xs[i]) else moved[()]
             values.append(float(unbox(f(*new))))
         numeric[int(flat)] = (values[0] - values[1]) / (2 * eps)
     return numeric
@@ -144,7 +156,7 @@ def check_grads(f, args, order=1, modes=("rev",), eps=1e-6, rtol=1e-5, atol=1e-6
         return f(*(tree.unflatten(treedef, ls) for (_, treedef), ls in zip(flat, leaves)))
 
     xs = [flat[argnum][0][k][1] for argnum, k in slots]
-    if any(np.iscomplexobj(x) for x in xs):
+    if any(_is_complex(x) for x in xs):
         of_leaves, xs, labels = _split_complex(of_leaves, xs, labels)
     of_leaves = _on_traced_values(of_leaves)
     if "fwd" in modes:
@@ -164,7 +176,7 @@ def _check_forward(f, xs, fname, order, eps, rtol, atol, seed):
     fns = [(scalar_f, "the directional derivative")]
     if order >= 2:
         argnums = tuple(range(len(xs)))
-        w = [rng.standard_normal(np.shape(x)) for x in xs]
+        w = [namespace.like(rng.standard_normal(np.shape(x)), x) for x in xs]
 
         def grad_along(*a):
             total = 0.0
@@ -175,8 +187,8 @@ def _check_forward(f, xs, fname, order, eps, rtol, atol, seed):
     for fn, what in fns:
         for _ in range(2):
             ts = [rng.standard_normal(np.shape(x)) for x in xs]
-            ts = [t if np.ndim(x) else t[()] for t, x in zip(ts, xs)]
-            fwd = float(np.asarray(unbox(jvp(fn, tuple(xs), tuple(ts))[1]), dtype=np.float64))
+            ts = [namespace.like(t, x) if np.ndim(x) else t[()] for t, x in zip(ts, xs)]
+            fwd = float(namespace.to_numpy(unbox(jvp(fn, tuple(xs), tuple(ts))[1])))
             plus = fn(*[x + eps * t for x, t in zip(xs, ts)])
             minus = fn(*[x - eps * t for x, t in zip(xs, ts)])
             num = (float(unbox(plus)) - float(unbox(minus))) / (2 * eps)
@@ -205,7 +217,7 @@ def _check(f, xs, labels, fname, order, level, eps, rtol, atol, max_elements, se
     analytic = grad(scalar_f, argnums=argnums)(*xs)
     for i, (x, g) in enumerate(zip(xs, analytic)):
         numeric = _numeric_gradient(scalar_f, xs, i, eps, max_elements, rng)
-        g_flat = np.asarray(unbox(g), dtype=np.float64).reshape(-1)
+        g_flat = np.asarray(namespace.to_numpy(unbox(g)), dtype=np.float64).reshape(-1)
         worst, worst_excess = None, 0.0
         for flat, num in numeric.items():
             excess = abs(g_flat[flat] - num) - (atol + rtol * abs(num))
@@ -222,7 +234,7 @@ def _check(f, xs, labels, fname, order, level, eps, rtol, atol, max_elements, se
                 f"rtol={rtol}, atol={atol})"
             )
     if level < order:
-        directions = [rng.standard_normal(np.shape(x)) for x in xs]
+        directions = [namespace.like(rng.standard_normal(np.shape(x)), x) for x in xs]
         grad_f = grad(scalar_f, argnums=argnums)
 
         def directional(*a):

@@ -25,7 +25,7 @@ import inspect
 import numpy as np
 
 from ..config import config
-from ..core import tree
+from ..core import namespace, tree
 from ..core.errors import WengertError
 from ..core.trace import Primitive, Tracer, bind, dtype_of, open_levels, shape_of, unbox
 from ..primitives._batching import NeedsLoop, one_batch_axis
@@ -363,7 +363,7 @@ class _Custom:
     def _check_leaf(self, ct, shape, dtype, k, path):
         if ct is None or not np.issubdtype(dtype, np.inexact):
             return None  # integer or boolean input: nothing to differentiate
-        if type(ct) is not Tracer and not isinstance(ct, np.ndarray):
+        if type(ct) is not Tracer and not isinstance(ct, np.ndarray) and not namespace.is_foreign(ct):
             if isinstance(ct, (bool, np.bool_)) or not isinstance(ct, (int, float, complex, np.number, list, tuple)):
                 raise CustomGradientError(
                     f"{self._describe()}: {self._bwd_name} returned {_what(ct)} as the cotangent of "

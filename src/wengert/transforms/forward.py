@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from ..core import tree
+from ..core import namespace, tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
 from ..core.mutation import ADVICE, InPlaceWriteError, check_not_stale, refuse_writes_into_inputs, root
 from ..core.trace import Trace, Tracer, apply, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
@@ -156,6 +156,8 @@ def transposed_jvp(prim, tangents, vals, params):
 
 
 def _zeros_for(v, ans):
+    if namespace.is_foreign(unbox(v)):
+        return namespace.zeros(shape_of(v), namespace.result_type(unbox(v), unbox(ans)), unbox(v))
     dtype = np.result_type(dtype_of(v), dtype_of(ans))
     return np.zeros(shape_of(v), dtype)
 
@@ -171,14 +173,14 @@ def _fit(t, ans):
     if kind is type(ans) and kind in _PLAIN and t.shape == ans.shape and t.dtype == ans.dtype:
         return t if ans.dtype.kind in "fc" else None
     dtype = dtype_of(ans)
-    if not np.issubdtype(dtype, np.inexact):
+    if not namespace.is_inexact(dtype):
         return None
     shape = shape_of(ans)
     if shape_of(t) != shape:
         t = broadcast_to(t, shape=tuple(shape))
     t_dtype = dtype_of(t)
     if t_dtype != dtype:
-        if np.issubdtype(t_dtype, np.complexfloating) and not np.issubdtype(dtype, np.complexfloating):
+        if namespace.is_complex(t_dtype) and not namespace.is_complex(dtype):
             t = real(t)
         if dtype_of(t) != dtype:
             t = astype(t, dtype=dtype)
@@ -222,9 +224,16 @@ def _jvp_leaves(f, primal_leaves, tangent_leaves, rebuild):
 
 def _zeros_like(leaf):
     dtype = dtype_of(leaf)
-    if not np.issubdtype(dtype, np.inexact):
+    if not namespace.is_inexact(dtype):
         dtype = np.float64
-    return np.zeros(shape_of(leaf), dtype)
+    return namespace.zeros(shape_of(leaf), dtype, unbox(leaf))   # in the output's namespace
+
+
+def _as_tangent(t, dtype):
+    """A tangent as an array of its primal's dtype; another library's array stays in its namespace."""
+    if not namespace.is_foreign(t):
+        return np.asarray(t, dtype=dtype)
+    return t if t.dtype == dtype else namespace.copy(t, dtype)
 
 
 def _check_tangents(primals, tangents, f):
@@ -241,7 +250,7 @@ def _check_tangents(primals, tangents, f):
             raise ValueError(f"jvp: a tangent of shape {tuple(shape_of(t))} for a primal of shape "
                              f"{tuple(shape_of(p))} (argument {path[0]}{tree.path_str(path[1:])})")
         p_leaves.append(p)
-        t_out.append(t if type(t) is Tracer else np.asarray(t, dtype=dtype_of(p)))
+        t_out.append(t if type(t) is Tracer else _as_tangent(t, dtype_of(p)))
     return p_leaves, t_out, p_def
 
 

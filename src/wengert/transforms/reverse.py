@@ -10,7 +10,7 @@ import inspect
 
 import numpy as np
 
-from ..core import tree
+from ..core import namespace, tree
 from ..core.backward import backward
 from ..core.mutation import root
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
@@ -46,7 +46,7 @@ def _as_input(leaf, f, argnum, path):
         dtype = np.asarray(plain).dtype
     else:
         dtype = getattr(plain, "dtype", None)
-    if dtype is None or not np.issubdtype(dtype, np.inexact):
+    if dtype is None or not namespace.is_inexact(dtype):
         if dtype is None:
             what = f"a {type(plain).__name__}"
         elif type(plain) in (bool, int):
@@ -58,7 +58,7 @@ def _as_input(leaf, f, argnum, path):
             "can be differentiated. Pass a float array (e.g. x.astype(float)), or leave this "
             "argument out of argnums."
         )
-    if type(leaf) is Tracer:
+    if type(leaf) is Tracer or namespace.is_foreign(leaf):   # another library's array stays one
         return leaf
     return np.asarray(leaf)
 
@@ -162,11 +162,15 @@ def _finish(g, leaf):
         shape = np.shape(plain)
         dtype = plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
     if g is None:
+        if namespace.is_foreign(plain):
+            return namespace.zeros(shape, dtype, plain)
         g = _zeros(shape, dtype) if shape else np.zeros((), dtype)
     elif type(g) is Tracer:
         if g.dtype == dtype:
             return g
         return (g.real if g.dtype.kind == "c" and dtype.kind != "c" else g).astype(dtype)
+    elif namespace.is_foreign(g) or namespace.is_foreign(plain):
+        return _finish_foreign(g, plain, shape, dtype)
     else:
         g = np.asarray(g)
         if g.dtype != dtype:
@@ -175,6 +179,21 @@ def _finish(g, leaf):
             g = np.broadcast_to(g, shape).copy()
     if plain is not None and not isinstance(plain, np.ndarray):
         return g[()]
+    return g
+
+
+def _finish_foreign(g, plain, shape, dtype):
+    """``_finish`` for another library's arrays: cast and broadcast in their namespace, lazily."""
+    xp = namespace.namespace(g, plain)
+    if not namespace.is_foreign(g):   # a NumPy cotangent for a foreign input (a constant's rule)
+        g = xp.asarray(g, device=namespace.device(plain))
+    if g.dtype != dtype:
+        if namespace.is_inexact(g.dtype) and not namespace.is_real_floating(g.dtype) and \
+                namespace.is_real_floating(dtype):
+            g = xp.real(g)   # Re: docs/complex.md
+        g = xp.astype(g, namespace.dtype_in(xp, dtype))
+    if tuple(g.shape) != tuple(shape):
+        g = xp.broadcast_to(g, shape)
     return g
 
 
@@ -222,7 +241,8 @@ def vjp(f, *primals, has_aux=False):
                 raise ValueError(
                     f"vjp_fn: cotangent of shape {shape_of(c)} for an output of shape {shape_of(o)}"
                 )
-        ct_leaves = [c if type(c) is Tracer or c is None else np.asarray(c)[()] for c in ct_leaves]
+        ct_leaves = [c if type(c) is Tracer or c is None or namespace.is_foreign(c) else np.asarray(c)[()]
+                     for c in ct_leaves]
         return rec.pull(ct_leaves, keep_tape=True)
 
     if has_aux:
@@ -255,14 +275,17 @@ def value_and_grad(f, argnums=0, has_aux=False):
                 "the output, e.g. with .sum())."
             )
         plain = unbox(rec.out)
-        if not np.issubdtype(np.asarray(plain).dtype, np.floating):
+        dtype = plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
+        if not namespace.is_real_floating(dtype):
             hint = ("; differentiate a real function of it (its real part, abs, ...), or use "
-                    "wengert.vjp with the cotangent you mean" if np.iscomplexobj(plain) else "")
+                    "wengert.vjp with the cotangent you mean" if namespace.is_inexact(dtype) else "")
             raise NonScalarOutputError(
                 f"grad of {getattr(f, '__name__', 'f')}: the output has dtype "
-                f"{np.asarray(plain).dtype}; it must be real floating point to be differentiated{hint}"
+                f"{dtype}; it must be real floating point to be differentiated{hint}"
             )
-        seed = np.ones(out_shape, np.asarray(plain).dtype)[()]
+        # the seed is made where the output lives (a lazy Dask scalar's seed is a Dask array)
+        seed = np.ones(out_shape, dtype)[()] if not namespace.is_foreign(plain) else \
+            namespace.ones(out_shape, dtype, plain)
         grads = rec.pull([seed], keep_tape=False)
         g = grads if many else grads[0]
         value = rec.out
