@@ -164,12 +164,15 @@ def cse(program):
 PASSES = {"cse": True, "in_place": True}
 
 
-def optimize(program, prims):
+def optimize(program, prims, vectorize=None):
     """The passes, in order. ``prims``: the primitives the passes know by identity (getitem,
-    scatter_set, index_add, add)."""
+    scatter_set, index_add, add); ``vectorize``: the vectorizing pass (transforms/_vectorize.py,
+    bound by jit), run after CSE and before the in-place updates, or None."""
     program = dce(program)
     if PASSES["cse"]:
         program = cse(program)
+    if vectorize is not None:
+        program = vectorize(program)
     if PASSES["in_place"]:
         program = fold_indexed_adds(program, prims["index_add"], prims["add"])
         program = hoist_reads(program, prims["scatter_set"], prims["getitem"])

@@ -41,7 +41,7 @@ from ..primitives import _table
 from ..primitives.scatter import scatter_set
 from ..primitives.elementwise import add
 from ..primitives.shape import getitem, index_add
-from . import _ir
+from . import _ir, _vectorize
 
 # --- coupling to core's interpreter stack (the one place to adapt when it changes) ---------------
 def _levels_open():
@@ -355,6 +355,7 @@ class Lowered:
         self.fn = fn
         self.out_tree = out_tree
         self.eqns_traced = eqns_traced  # before the passes
+        self.vectorized = {}  # the vectorizing pass: equations before and after it, classes batched
         self.timings = {}  # seconds spent tracing, optimizing, generating and compiling it
         self._text = None
 
@@ -387,7 +388,7 @@ def _leaf_key(leaf, where):
 class Jitted:
     """``wg.jit(f)``: call it like ``f``; ``lower(*args)`` gives the program for those arguments."""
 
-    def __init__(self, f, static_argnums=(), static_argnames=(), donate_argnums=(), cache_size=64):
+    def __init__(self, f, static_argnums=(), static_argnames=(), donate_argnums=(), cache_size=64, vectorize=True):
         if not callable(f):
             raise TypeError(f"jit: expected a function, got {type(f).__name__}")
         self.f = f
@@ -397,6 +398,7 @@ class Jitted:
         if cache_size < 1:
             raise ValueError("jit: cache_size must be at least 1")
         self.cache_size = cache_size
+        self.vectorize = vectorize
         self._cache = collections.OrderedDict()
         self.traces = 0  # how many times f was traced (a new signature, or a signature evicted)
         try:
@@ -507,7 +509,9 @@ class Jitted:
                 outputs.append(leaf)
         program = _ir.Program(trace.program_inputs, trace.eqns, outputs)
         traced = len(program.eqns)
-        program = _ir.optimize(program, _PRIMS)
+        stats = {}
+        program = _ir.optimize(program, _PRIMS, functools.partial(_vectorize.vectorize, trace_type=StagingTrace,
+                                                                  stats=stats) if self.vectorize else None)
         t2 = time.perf_counter()
         name = _SAFE_NAME(getattr(self.f, "__name__", "f"))
         text, namespace = _ir.generate(program, getitem, name)
@@ -515,6 +519,7 @@ class Jitted:
         fn, _ = _ir.compile_program(text, namespace, name)
         t4 = time.perf_counter()
         lowered = Lowered(program, text, fn, out_tree, traced)
+        lowered.vectorized = stats
         lowered.timings = {"trace": t1 - t0, "optimize": t2 - t1, "generate": t3 - t2, "compile": t4 - t3}
         return lowered
 
@@ -539,15 +544,17 @@ def _as_tuple(x, what, kind):
     return items
 
 
-def jit(f=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), cache_size=64):
+def jit(f=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), cache_size=64, vectorize=True):
     """Stage ``f`` once per signature and run it as straight-line NumPy (see the module docstring).
 
     ``static_argnums``/``static_argnames`` name arguments whose values (hashable) are part of the
     signature, as in JAX: Python control flow may depend on them. ``donate_argnums`` is accepted
     for JAX compatibility (the generated program never writes into its inputs). ``cache_size``
     bounds the programs kept per function (least recently used are dropped and retraced).
+    ``vectorize=False`` turns off the pass that batches a loop's isomorphic per-column equations
+    (transforms/_vectorize.py), to compare.
     """
     if f is None:
         return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
-                                 donate_argnums=donate_argnums, cache_size=cache_size)
-    return Jitted(f, static_argnums, static_argnames, donate_argnums, cache_size)
+                                 donate_argnums=donate_argnums, cache_size=cache_size, vectorize=vectorize)
+    return Jitted(f, static_argnums, static_argnames, donate_argnums, cache_size, vectorize)

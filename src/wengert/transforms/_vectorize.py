@@ -1,0 +1,786 @@
+"""The vectorizing pass of ``wg.jit``: a loop's isomorphic per-column equations become one batched
+equation each.
+
+A per-column loop staged by jit is thousands of small equations that repeat the same computation
+on different columns. This pass finds them and replaces each set by one equation on a batch axis in
+front, through the primitive's own batching rule (the rules vmap uses, primitives/_batching.py),
+so a loop over 1,024 columns runs as a few dozen NumPy calls on (1024, ...) arrays.
+
+Three steps, each linear in the number of equations (dictionaries keyed by signatures, never a
+comparison of all pairs):
+
+1. Write chains. A run of ``scatter_set`` (Buffer writes, ``x.at[].set``, ``x[i] = v``) or
+   ``index_add`` (the backward pass of column reads) into one array at constant indices of one
+   pattern becomes one scatter of the stacked values at index arrays (for ``scatter_set`` an
+   overwritten element keeps only its last write; ``index_add`` adds repeated indices). A read of
+   an intermediate state at elements no earlier write of the chain touched reads the chain's start
+   instead (the Buffer's ``out[:, :, k] = softmax(out[:, :, k])``); a read of written elements ends
+   the chain there.
+2. Signatures. Every equation gets a signature: its primitive, its parameters (the integers of an
+   index left out) and the signatures of its operands' producers (inputs by shape and dtype). Equal
+   signatures are the same expression tree on different columns, so no member of a class depends on
+   another (a dependency would make one signature a strict part of the other): each class is a set
+   of independent equations. A running recurrence (``h = f(h, x[i])``) gives a new signature per
+   step and stays sequential. Sums of many terms (cotangent accumulation, ``s = s + x[i]``) are
+   flattened and summed per signature class of their terms, ``sum(stack(terms))``.
+3. Batching. Classes of at least ``MIN_GROUP`` equations become one equation each, emitted in order
+   of depth (longest path from the inputs: equal for a class, larger for anything depending on it,
+   so the new program is in dependency order). An operand that is the same for every member stays
+   as it is; members' operands that are results of one batched class are that class's batched
+   array (gathered by position where the order differs: a strided slice when regular); reads
+   ``x[:, i, k]`` at varying integers become one read with index arrays (a slice when regular);
+   a ``stack`` of one class's results is a gather and a transpose. A result still needed on its own
+   (a consumer that was not batched, an output) is read from its batched array.
+
+Everything else keeps its equations: the pass changes which NumPy calls compute the values, never
+the values (up to the order of floating-point additions in the flattened sums).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.errors import NeedsLoop
+from ..core.trace import Tracer, close_level, open_level
+from ..primitives._batching import elementwise_rule
+from ..primitives.elementwise import add
+from ..primitives.reductions import sum_
+from ..primitives.scatter import scatter_set
+from ..primitives.shape import getitem, index_add, reshape, stack, transpose
+from ._ir import Eqn, Program, Var, dce, fold_indexed_adds, substitute
+
+MIN_GROUP = 8  # smaller classes stay as they are: a batched call and its gathers cost about what a few small calls do
+
+
+class _Unkeyed(Exception):
+    """An operand the signature cannot describe: the equation is never grouped."""
+
+
+class _Fresh:
+    """New variables, numbered after every variable of the program."""
+
+    def __init__(self, program):
+        top = max((v.id for v in program.inputs), default=-1)
+        for eqn in program.eqns:
+            for o in eqn.outs:
+                if o.id > top:
+                    top = o.id
+        self.next = top + 1
+
+    def __call__(self, shape, dtype):
+        var = Var(self.next, tuple(shape), np.dtype(dtype))
+        self.next += 1
+        return var
+
+
+class _Level:
+    """What a batching rule asks of its level: one batch axis of ``size``."""
+
+    nb = 1
+    hidden_axes = 1
+    staged = False
+
+    def __init__(self, size):
+        self.size = size
+
+
+def _vars_in(x, out):
+    t = type(x)
+    if t is Var:
+        out.append(x)
+    elif t is tuple or t is list:
+        for v in x:
+            _vars_in(v, out)
+    elif t is slice:
+        _vars_in(x.start, out)
+        _vars_in(x.stop, out)
+        _vars_in(x.step, out)
+    return out
+
+
+def _eqn(prim, args, params, outs, source):
+    uses = []
+    for a in args:
+        _vars_in(a, uses)
+    for v in params.values():
+        _vars_in(v, uses)
+    return Eqn(prim, tuple(args), params, tuple(outs), tuple(uses), source)
+
+
+def _is_int(i):
+    return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+
+
+def _const_index(index, shape, new_axes=False):
+    """``index`` as a tuple of ints (made non-negative) and constant slices (and None where
+    ``new_axes``), or None."""
+    idx = index if type(index) is tuple else (index,)
+    out = []
+    axis = 0
+    for i in idx:
+        if i is None and new_axes:
+            out.append(i)
+            continue
+        if axis >= len(shape):
+            return None
+        if type(i) is slice:
+            if type(i.start) is Var or type(i.stop) is Var or type(i.step) is Var:
+                return None
+            out.append(i)
+        elif _is_int(i):
+            n = shape[axis]
+            if not -n <= i < n:
+                return None
+            out.append(int(i) % n)
+        else:
+            return None
+        axis += 1
+    return tuple(out)
+
+
+def _same_index(a, b):
+    a = a if type(a) is tuple else (a,)
+    b = b if type(b) is tuple else (b,)
+    return len(a) == len(b) and all(x is y or (type(x) is type(y) and (type(x) is slice or _is_int(x)) and x == y)
+                                    for x, y in zip(a, b))
+
+
+def _pattern(idx):
+    return tuple((i.start, i.stop, i.step) if type(i) is slice else "new" if i is None else "int" for i in idx)
+
+
+def _lane_axis(idx):
+    """Where NumPy puts the axis of index arrays at the int positions of ``idx`` (ints and slices)."""
+    ints = [a for a, i in enumerate(idx) if type(i) is not slice]
+    return ints[0] if ints[-1] - ints[0] + 1 == len(ints) else 0
+
+
+def _progression(values):
+    """A slice equal to indexing with ``values`` (non-negative ints), or None."""
+    if len(values) < 2:
+        return None
+    step = int(values[1]) - int(values[0])
+    if step == 0 or np.any(np.diff(values) != step):
+        return None
+    start = int(values[0])
+    stop = start + step * len(values)
+    return slice(start, stop if stop >= 0 else None, step)
+
+
+# --- 1. write chains -------------------------------------------------------------------------------
+def _is_zero(x):
+    return type(x) is not Var and np.ndim(x) == 0 and np.asarray(x) == 0
+
+
+def _set_after_zero(eqns, outputs):
+    """``index_add(scatter_set(s, 0, i), v, i)`` is ``scatter_set(s, v, i)``: the backward pass of a
+    Buffer read after a write (zero the written block, add the read's cotangent) as one write."""
+    count, made = {}, {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.uses:
+            count[v.id] = count.get(v.id, 0) + 1
+        for o in eqn.outs:
+            made[o.id] = k
+    for v in outputs:
+        if type(v) is Var:
+            count[v.id] = count.get(v.id, 0) + 2
+    out, dropped = list(eqns), set()
+    for k, eqn in enumerate(eqns):
+        if eqn.prim is not index_add or type(eqn.args[0]) is not Var or count.get(eqn.args[0].id) != 1:
+            continue
+        z = made.get(eqn.args[0].id)
+        if z is None or eqns[z].prim is not scatter_set or not _is_zero(eqns[z].args[1]):
+            continue
+        base = eqns[z].args[0]
+        idx = _const_index(eqn.params["index"], eqn.args[0].shape)
+        if idx is None or idx != _const_index(eqns[z].params["index"], eqn.args[0].shape):
+            continue
+        out[k] = _eqn(scatter_set, (base, eqn.args[1]), eqn.params, eqn.outs, eqn.source)
+        dropped.add(z)
+    return [eqn for k, eqn in enumerate(out) if k not in dropped] if dropped else eqns
+
+
+def _collapse_writes(eqns, outputs, fresh):
+    eqns = _set_after_zero(eqns, outputs)
+    users = {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.uses:
+            users.setdefault(v.id, []).append(k)
+    out_ids = {v.id for v in outputs if type(v) is Var}
+    links = [None] * len(eqns)
+    for k, eqn in enumerate(eqns):
+        if (eqn.prim is scatter_set or eqn.prim is index_add) and type(eqn.args[0]) in (Var, np.ndarray):
+            idx = _const_index(eqn.params["index"], eqn.args[0].shape, new_axes=eqn.prim is index_add)
+            if idx is not None and (None in idx) + any(_is_int(i) for i in idx) == 1:
+                links[k] = idx  # ints (one element or block per write) or, adding, the same block each time
+    taken = set()
+    replaced = {}
+    removed = set()
+    for start, first in enumerate(eqns):
+        if links[start] is None or start in taken:
+            continue
+        prim, base, pattern = first.prim, first.args[0], _pattern(links[start])
+        written = np.zeros(base.shape, bool)
+        written[links[start]] = True
+        chain, reads = [start], []
+        k = start
+        while True:
+            state = eqns[k].outs[0]
+            if state.id in out_ids:
+                break
+            nxt, here = None, []
+            for j in users.get(state.id, ()):
+                eqn = eqns[j]
+                if eqn.prim is prim and eqn.args[0] is state and links[j] is not None and nxt in (None, j) \
+                        and _pattern(links[j]) == pattern and not any(v is state for v in eqn.uses[1:]):
+                    nxt = j
+                    continue
+                if eqn.prim is getitem and eqn.args[0] is state:
+                    idx = _const_index(eqn.params["index"], state.shape)
+                    if idx is not None and not written[idx].any():
+                        here.append(j)
+                        continue
+                nxt = None
+                break
+            reads.extend(here)  # reads of elements no write of the chain touched so far: of its start
+            if nxt is None:
+                break
+            written[links[nxt]] = True
+            chain.append(nxt)
+            k = nxt
+        taken.update(chain)
+        if len(chain) < 2:
+            continue
+        new = _one_scatter(eqns, chain, links, fresh)
+        if new is None:
+            continue
+        removed.update(chain[:-1])
+        replaced[chain[-1]] = new
+        for j in reads:
+            eqn = eqns[j]
+            replaced[j] = [_eqn(getitem, (base,), eqn.params, eqn.outs, eqn.source)]
+    if not replaced:
+        return eqns
+    out = []
+    for k, eqn in enumerate(eqns):
+        if k in removed:
+            continue
+        out.extend(replaced.get(k, (eqn,)))
+    return out
+
+
+def _one_scatter(eqns, chain, links, fresh):
+    """The chain's writes as one scatter (the last write of an element wins for scatter_set)."""
+    first, last = eqns[chain[0]], eqns[chain[-1]]
+    prim, base = first.prim, first.args[0]
+    if prim is scatter_set:
+        seen, kept = set(), []
+        for k in reversed(chain):
+            key = tuple(i for i in links[k] if type(i) is not slice)
+            if key not in seen:
+                seen.add(key)
+                kept.append(k)
+        kept.reverse()
+    else:
+        kept = chain
+    idx0 = links[chain[0]]
+    target = np.broadcast_to(np.zeros((), bool), base.shape)[idx0].shape
+    values = [eqns[k].args[1] for k in kept]
+    source = last.source
+    if None in idx0:  # adds into one block: add the values first
+        if not all(type(v) is Var and v.shape == values[0].shape and v.dtype == values[0].dtype for v in values):
+            return None
+        stacked = fresh((len(values),) + values[0].shape, values[0].dtype)
+        total = fresh(values[0].shape, values[0].dtype)
+        return [_eqn(stack, values, {"axis": 0}, (stacked,), source),
+                _eqn(sum_, (stacked,), {"axis": (0,), "keepdims": False}, (total,), source),
+                _eqn(prim, (base, total), {"index": idx0}, last.outs, source)]
+    positions = [a for a, i in enumerate(idx0) if type(i) is not slice]
+    columns = [np.array([links[k][a] for k in kept], np.intp) for a in positions]
+    index = list(idx0)
+    regular = _progression(columns[0]) if len(positions) == 1 else None
+    for a, col in zip(positions, columns):
+        index[a] = regular if regular is not None else col
+    index = tuple(index)
+    lane = sum(1 for i in idx0[:positions[0]]) if regular is not None else _lane_axis(idx0)
+    if all(type(v) is not Var for v in values):
+        arrays = [np.asarray(v) for v in values]
+        if prim is not scatter_set or any(a.ndim or a.dtype != arrays[0].dtype or a != arrays[0] for a in arrays):
+            return None
+        return [_eqn(prim, (base, values[0]), {"index": index}, last.outs, source)]
+    if not all(type(v) is Var and v.shape == target and v.dtype == values[0].dtype for v in values):
+        return None
+    shape = target[:lane] + (len(values),) + target[lane:]
+    stacked = fresh(shape, values[0].dtype)
+    return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
+            _eqn(prim, (base, stacked), {"index": index}, last.outs, source)]
+
+
+# --- 2. signatures, and flattened sums ------------------------------------------------------------
+def _scalar_key(x):
+    t = type(x)
+    if t is float and x != x:
+        return ("nan",)
+    return (t, x)
+
+
+class _Signatures:
+    """Signatures and depths of equations, in program order; sums of many terms are flattened."""
+
+    def __init__(self, inputs, fresh):
+        self.fresh = fresh
+        self.key = {v.id: ("in", v.shape, v.dtype.str) for v in inputs}
+        self.depth = {v.id: 0 for v in inputs}
+        self.ids = {}
+        self.eqns, self.sigs, self.depths = [], [], []
+
+    def operand(self, x, param=False):
+        """The key of an operand; arrays by shape and dtype (members' differing values are stacked),
+        except in parameters (``param``), which a batched equation shares: there by their values."""
+        t = type(x)
+        if t is Var:
+            return self.key[x.id]
+        if (t is int or t is float) and not param:
+            return ("number",)  # x * (i + 1): members' differing numbers become an array
+        if t is int or t is float or t is bool or t is complex or t is str or x is None or x is Ellipsis:
+            return _scalar_key(x)
+        if t is tuple or t is list:
+            return (t, tuple(self.operand(v, param) for v in x))
+        if t is slice:
+            return ("slice", self.operand(x.start), self.operand(x.stop), self.operand(x.step))
+        if t is np.ndarray:
+            if param:
+                return ("array", x.shape, x.dtype.str, x.tobytes()) if x.size <= 4096 else ("id", id(x))
+            return ("array", x.shape, x.dtype.str)
+        if isinstance(x, np.generic):
+            return ("scalar", x.dtype.str, x.item())
+        if isinstance(x, (np.dtype, type)) or callable(x):
+            return ("id", id(x))
+        raise _Unkeyed
+
+    def index(self, index):
+        """A getitem index with its integers left out (they vary along a loop)."""
+        idx = index if type(index) is tuple else (index,)
+        return tuple("int" if _is_int(i) else self.operand(i, True) for i in idx)
+
+    def record(self, eqn):
+        k = len(self.eqns)
+        self.eqns.append(eqn)
+        try:
+            params = eqn.params
+            if eqn.prim is getitem:
+                pkey = self.index(params["index"])
+            else:
+                pkey = tuple((name, self.operand(v, True)) for name, v in params.items()) if params else ()
+            key = (eqn.prim, pkey, tuple(self.operand(a) for a in eqn.args))
+        except _Unkeyed:
+            key = ("eqn", k)
+        sig = self.ids.setdefault(key, len(self.ids))
+        depth = 1 + max((self.depth[v.id] for v in eqn.uses), default=0)
+        for i, o in enumerate(eqn.outs):
+            self.key[o.id] = ("sig", sig, i)
+            self.depth[o.id] = depth
+        self.sigs.append(sig)
+        self.depths.append(depth)
+
+
+def _sums(eqns, outputs):
+    """The ``add`` equations that are inner nodes of a larger sum: used once, by an add of the same
+    shape and dtype (floating point)."""
+    count, user = {}, {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.uses:
+            count[v.id] = count.get(v.id, 0) + 1
+            user[v.id] = k
+    for v in outputs:
+        if type(v) is Var:
+            count[v.id] = count.get(v.id, 0) + 2
+    inner = {}
+    for k, eqn in enumerate(eqns):
+        if eqn.prim is add and not eqn.params and eqn.outs[0].dtype.kind in "fc":
+            o = eqn.outs[0]
+            if count.get(o.id) == 1:
+                parent = eqns[user[o.id]]
+                p = parent.outs[0]
+                if parent.prim is add and not parent.params and p.shape == o.shape and p.dtype == o.dtype:
+                    inner[o.id] = k
+    return inner
+
+
+def _signatures(eqns, inputs, outputs, fresh):
+    sigs = _Signatures(inputs, fresh)
+    inner = _sums(eqns, outputs)
+    inner_eqns = set(inner.values())
+    for k, eqn in enumerate(eqns):
+        if k in inner_eqns:
+            continue
+        if eqn.prim is add and not eqn.params and any(type(a) is Var and a.id in inner for a in eqn.args):
+            _flatten_sum(eqn, eqns, inner, sigs)
+            continue
+        sigs.record(eqn)
+    return sigs
+
+
+def _flatten_sum(root, eqns, inner, sigs):
+    """A sum of many terms: the terms of one signature are summed as ``sum(stack(terms))``."""
+    terms, nodes, todo = [], [], [root]
+    while todo:
+        eqn = todo.pop()
+        nodes.append(eqn)
+        for a in reversed(eqn.args):
+            if type(a) is Var and a.id in inner:
+                todo.append(eqns[inner[a.id]])
+            else:
+                terms.append(a)
+    out = root.outs[0]
+    parts = {}
+    for t in terms:
+        if type(t) is Var and t.shape == out.shape and t.dtype == out.dtype:
+            parts.setdefault(sigs.key[t.id][:2], []).append(t)
+        else:
+            parts[("term", len(parts))] = [t]
+    if all(len(p) < 2 for p in parts.values()):  # nothing to batch: the sum as it was
+        for eqn in sorted(nodes[1:], key=lambda e: e.outs[0].id):
+            sigs.record(eqn)
+        sigs.record(root)
+        return
+    fresh, source = sigs.fresh, root.source
+    partials = []
+    for part in parts.values():
+        if len(part) == 1:
+            partials.append(part[0])
+            continue
+        stacked = fresh((len(part),) + out.shape, out.dtype)
+        sigs.record(_eqn(stack, part, {"axis": 0}, (stacked,), source))
+        total = out if len(parts) == 1 else fresh(out.shape, out.dtype)
+        sigs.record(_eqn(sum_, (stacked,), {"axis": (0,), "keepdims": False}, (total,), source))
+        partials.append(total)
+    acc = partials[0]
+    for k, p in enumerate(partials[1:]):
+        result = out if k == len(partials) - 2 else fresh(out.shape, out.dtype)
+        sigs.record(_eqn(add, (acc, p), {}, (result,), source))
+        acc = result
+
+
+# --- 3. batching ----------------------------------------------------------------------------------
+def _rule(prim):
+    if prim.batch is not None:
+        return prim.batch
+    return elementwise_rule if isinstance(prim.impl, np.ufunc) else None
+
+
+def _groupable(eqn):
+    prim = eqn.prim
+    if getattr(prim, "multiple_results", True) or not hasattr(prim, "batch") or _rule(prim) is None:
+        return False
+    for v in eqn.params.values():
+        if _vars_in(v, []):
+            return False
+    return True
+
+
+def _source(source, n):
+    note = f"vectorized x{n}"
+    if source is None:
+        return None, 0, note
+    filename, line, inner = source
+    return filename, line, f"{note}, {inner}" if inner else note
+
+
+class _Emitter:
+    """Writes the new program: batched classes, the equations left as they were, element reads."""
+
+    def __init__(self, fresh, trace_type):
+        self.fresh = fresh
+        self.trace_type = trace_type
+        self.out = []
+        self.batched = {}   # class -> its batched result
+        self.member = {}    # var id of a batched member's result -> (class, position)
+        self.read = set()   # those already read back on their own
+
+    def need(self, v):
+        """Make the result of a batched member available on its own (read its element)."""
+        info = self.member.get(v.id)
+        if info is not None and v.id not in self.read:
+            self.read.add(v.id)
+            batched = self.batched[info[0]]
+            self.out.append(Eqn(getitem, (batched,), {"index": info[1]}, (v,), (batched,), None))
+
+    def single(self, eqn):
+        if eqn.prim is stack and self._stack_of_one_class(eqn):
+            return
+        for v in eqn.uses:
+            self.need(v)
+        self.out.append(eqn)
+
+    def group(self, gid, members):
+        made = []
+        result = self._batch(members, made)
+        if result is None:
+            for eqn in members:
+                self.single(eqn)
+            return
+        self.out.extend(made)
+        self.batched[gid] = result
+        for pos, eqn in enumerate(members):
+            self.member[eqn.outs[0].id] = (gid, pos)
+
+    # -- operands --
+    def _positions(self, xs):
+        """(class, positions) when every ``xs`` is the result of one batched class, else None."""
+        if type(xs[0]) is not Var:
+            return None
+        first = self.member.get(xs[0].id)
+        if first is None:
+            return None
+        positions = []
+        for x in xs:
+            info = self.member.get(x.id) if type(x) is Var else None
+            if info is None or info[0] != first[0]:
+                return None
+            positions.append(info[1])
+        return first[0], np.array(positions, np.intp)
+
+    def _take(self, batched, positions, made, source):
+        n = len(positions)
+        if n == batched.shape[0] and np.array_equal(positions, np.arange(n)):
+            return batched
+        regular = _progression(positions)
+        index = (regular if regular is not None else positions,)
+        out = self.fresh((n,) + batched.shape[1:], batched.dtype)
+        made.append(_eqn(getitem, (batched,), {"index": index}, (out,), source))
+        return out
+
+    def _operand(self, xs, made, source, dtype=None):
+        """(operand, batched) for the members' operands ``xs``; None where they cannot be batched.
+        ``dtype``: the members' result dtype, which differing Python numbers are cast to (they are
+        weakly typed: ``x * 2`` keeps the dtype of ``x``)."""
+        x0 = xs[0]
+        t0 = type(x0)
+        if all(x is x0 or (type(x) is t0 and t0 in (int, float, bool, complex) and x == x0) for x in xs):
+            if t0 is Var:
+                self.need(x0)
+            return x0, False
+        found = self._positions(xs)
+        if found is not None:
+            return self._take(self.batched[found[0]], found[1], made, source), True
+        if all(type(x) is int or type(x) is float for x in xs):
+            if dtype is None or dtype.kind not in "fc":
+                return None
+            return np.array(xs, dtype), True
+        if all(type(x) is not Var for x in xs):
+            arrays = [np.asarray(x) for x in xs]
+            if any(a.shape != arrays[0].shape or a.dtype != arrays[0].dtype for a in arrays):
+                return None
+            if all(np.array_equal(a, arrays[0]) for a in arrays):
+                return x0, False
+            return np.stack(arrays), True
+        got = self._stack_distinct(xs, made, source)
+        if got is None:
+            return None
+        return self._take(got[0], got[1], made, source), True
+
+    def _stack_distinct(self, xs, made, source):
+        """Members' operands that are different variables: each distinct one stacked once, and the
+        members' positions in that stack (a read of ``a[:, i]`` and ``b[:, i]`` stacks ``a`` and ``b``)."""
+        x0 = xs[0]
+        if not all(type(x) is Var and x.shape == x0.shape and x.dtype == x0.dtype for x in xs):
+            return None
+        distinct, positions = {}, []
+        for x in xs:
+            positions.append(distinct.setdefault(x.id, len(distinct)))
+        first = {}
+        for x in xs:
+            first.setdefault(x.id, x)
+        unique = list(first.values())
+        for x in unique:
+            self.need(x)
+        out = self.fresh((len(unique),) + x0.shape, x0.dtype)
+        made.append(_eqn(stack, unique, {"axis": 0}, (out,), source))
+        return out, np.array(positions, np.intp)
+
+    # -- a class --
+    def _batch(self, members, made):
+        e0 = members[0]
+        n = len(members)
+        source = _source(e0.source, n)
+        if e0.prim is getitem and not all(_same_index(e.params["index"], e0.params["index"]) for e in members):
+            idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
+            if any(i is None for i in idxs):
+                return None  # integers among other index kinds (Ellipsis, arrays): left as they are
+            return self._gather(members, idxs, made, source)
+        if e0.prim is stack:
+            out = self._stack_gather(members, made, source)
+            if out is not None:
+                return out
+        ops, flags = [], []
+        for q in range(len(e0.args)):
+            got = self._operand([e.args[q] for e in members], made, source, e0.outs[0].dtype)
+            if got is None:
+                return None
+            ops.append(got[0])
+            flags.append(got[1])
+        if not any(flags):
+            return None
+        return self._apply_rule(e0, ops, flags, n, made, source)
+
+    def _gather(self, members, idxs, made, source):
+        """Reads ``x[:, i, k]`` at varying integers: one read at index arrays (a slice if regular)."""
+        n = len(members)
+        e0 = members[0]
+        pattern = _pattern(idxs[0])
+        if any(_pattern(i) != pattern for i in idxs):
+            return None
+        ints = [a for a, p in enumerate(pattern) if p == "int"]
+        columns = {a: np.array([i[a] for i in idxs], np.intp) for a in ints}
+        bases = [e.args[0] for e in members]
+        want = (n,) + e0.outs[0].shape
+        found = self._positions(bases)
+        if found is None and not all(b is bases[0] for b in bases):
+            got = self._stack_distinct(bases, made, source)
+            if got is None:
+                return None
+            base, found = got[0], (None, got[1])
+        elif found is not None:
+            base = self.batched[found[0]]
+        else:
+            base = bases[0]
+            self.need(base)
+        index = list(idxs[0])
+        if found is None:  # one array read at n places
+            varying = [a for a in ints if not np.all(columns[a] == columns[a][0])]
+            regular = _progression(columns[varying[0]]) if len(varying) == 1 else None
+            if regular is not None:
+                index[varying[0]] = regular
+                lane = sum(1 for a in range(varying[0]) if type(index[a]) is slice)
+            else:
+                for a in varying:
+                    index[a] = columns[a]
+                lane = _lane_axis(idxs[0])
+            index = tuple(index)
+        else:  # the base varies too: its position is one more index array, in front
+            for a in ints:
+                index[a] = columns[a]
+            index = (found[1],) + tuple(index)
+            lane = 0
+        shape = np.broadcast_to(np.zeros((), bool), base.shape)[index].shape
+        out = self.fresh(shape, base.dtype)
+        made.append(_eqn(getitem, (base,), {"index": index}, (out,), source))
+        if lane:
+            axes = (lane,) + tuple(a for a in range(len(shape)) if a != lane)
+            moved = self.fresh(tuple(shape[a] for a in axes), base.dtype)
+            made.append(_eqn(transpose, (out,), {"axes": axes}, (moved,), source))
+            out = moved
+        return out if out.shape == want else None
+
+    def _stack_gather(self, members, made, source, single=False):
+        """Stacks of one batched class's results: one gather, a reshape and a transpose."""
+        n, m = len(members), len(members[0].args)
+        found = self._positions([a for e in members for a in e.args])
+        if found is None or any(len(e.args) != m for e in members):
+            return None
+        gid, positions = found
+        batched = self.batched[gid]
+        item = batched.shape[1:]
+        flat = self._take(batched, positions, made, source)
+        lead = (m,) if single else (n, m)
+        out = self.fresh(lead + item, batched.dtype)
+        made.append(_eqn(reshape, (flat,), {"shape": lead + item}, (out,), source))
+        axis = members[0].params.get("axis", 0)
+        axis = axis % (len(item) + 1) + len(lead) - 1
+        if axis != len(lead) - 1:
+            order = list(range(len(lead) + len(item)))
+            order.insert(axis, order.pop(len(lead) - 1))
+            moved = self.fresh(tuple((lead + item)[a] for a in order), batched.dtype)
+            made.append(_eqn(transpose, (out,), {"axes": tuple(order)}, (moved,), source))
+            out = moved
+        return out
+
+    def _stack_of_one_class(self, eqn):
+        """A single ``stack`` of one batched class's results (a list built in a loop, a sum's terms)."""
+        made = []
+        out = self._stack_gather([eqn], made, _source(eqn.source, len(eqn.args)), single=True)
+        if out is None or out.shape != eqn.outs[0].shape or out.dtype != eqn.outs[0].dtype:
+            return False
+        last = made[-1]
+        made[-1] = Eqn(last.prim, last.args, last.params, eqn.outs, last.uses, last.source)
+        self.out.extend(made)
+        return True
+
+    def _apply_rule(self, e0, ops, flags, n, made, source):
+        """The primitive's batching rule, staged on a fresh level; its equations join the program."""
+        prim = e0.prim
+        trace = self.trace_type()
+        open_level(trace)
+        inputs = []
+        try:
+            vals = []
+            for op in ops:
+                if type(op) is Var:
+                    vals.append(trace.new_input(np.zeros(op.shape, op.dtype)))
+                    inputs.append(op)
+                else:
+                    vals.append(op)
+            with np.errstate(all="ignore"):
+                try:
+                    result = _rule(prim)(prim, vals, flags, dict(e0.params), _Level(n))
+                except NeedsLoop:
+                    result = NotImplemented
+        finally:
+            close_level(trace)
+        if type(result) is not Tracer or result._trace is not trace:
+            return None
+        rename = {v.id: op for v, op in zip(trace.program_inputs, inputs)}
+        staged = []
+        for eqn in trace.eqns:
+            for o in eqn.outs:
+                rename[o.id] = self.fresh(o.shape, o.dtype)
+            staged.append(Eqn(eqn.prim, substitute(eqn.args, rename),
+                              {k: substitute(v, rename) for k, v in eqn.params.items()},
+                              tuple(rename[o.id] for o in eqn.outs), tuple(rename[v.id] for v in eqn.uses), source))
+        out = rename[trace.vars[result.index].id]
+        want = e0.outs[0]
+        if out.shape != (n,) + want.shape or out.dtype != want.dtype:
+            return None
+        made.extend(staged)
+        return out
+
+
+def vectorize(program, trace_type, stats=None):
+    """``program`` with its isomorphic, independent equations batched (see the module docstring).
+
+    ``trace_type`` is the staging level the batching rules run on (transforms/jit.StagingTrace);
+    ``stats`` (a dict), when given, receives the equation counts before and after and the classes.
+    """
+    fresh = _Fresh(program)
+    eqns = fold_indexed_adds(program, index_add, add).eqns  # column reads' cotangents: chains of index_add
+    eqns = _collapse_writes(eqns, program.outputs, fresh)
+    sigs = _signatures(eqns, program.inputs, program.outputs, fresh)
+    eqns = sigs.eqns
+    classes = {}
+    for k, sig in enumerate(sigs.sigs):
+        classes.setdefault(sig, []).append(k)
+    group_of = {}
+    groups = []
+    for members in classes.values():
+        if len(members) >= MIN_GROUP and _groupable(eqns[members[0]]):
+            for k in members:
+                group_of[k] = len(groups)
+            groups.append(members)
+    result = program
+    if groups:
+        order = sorted((sigs.depths[k], k) for k in range(len(eqns)) if k not in group_of or groups[group_of[k]][0] == k)
+        emit = _Emitter(fresh, trace_type)
+        for _, k in order:
+            gid = group_of.get(k)
+            if gid is None:
+                emit.single(eqns[k])
+            else:
+                emit.group(gid, [eqns[j] for j in groups[gid]])
+        for v in program.outputs:
+            if type(v) is Var:
+                emit.need(v)
+        result = dce(Program(program.inputs, emit.out, program.outputs))
+    if stats is not None:
+        stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
+                     batched=sum(len(m) for m in groups))
+    return result

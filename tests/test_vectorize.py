@@ -1,0 +1,317 @@
+"""wg.jit's vectorizing pass (transforms/_vectorize.py): per-column loops of every primitive family
+become batched equations with the values and gradients of eager wengert; dependent iterations stay
+sequential; Buffer overwrites and repeated indices keep their meaning; the equation count drops."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import wengert as wg
+import wengert.numpy as wnp
+from wengert.transforms import _vectorize
+
+import test_jit
+from test_numpy_grads import CASE_IDS
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+import workloads  # noqa: E402
+
+rng = np.random.default_rng(17)
+N = 12  # loop trips: above the pass's smallest class
+
+
+close = test_jit.assert_trees_close
+
+
+def fd_check(f, args, argnum=0, eps=1e-6, samples=6):
+    """Central differences of the jitted forward against the jitted gradient, at a few elements."""
+    forward = wg.jit(f)
+    grad = wg.jit(wg.grad(f, argnums=argnum))(*args)
+    x = args[argnum]
+    picks = np.random.default_rng(0).choice(x.size, size=min(samples, x.size), replace=False)
+    for flat in picks:
+        index = np.unravel_index(flat, x.shape)
+        plus, minus = [a.copy() if k == argnum else a for k, a in enumerate(args)], \
+                      [a.copy() if k == argnum else a for k, a in enumerate(args)]
+        plus[argnum][index] += eps
+        minus[argnum][index] -= eps
+        numeric = (forward(*plus) - forward(*minus)) / (2 * eps)
+        np.testing.assert_allclose(grad[index], numeric, rtol=1e-5, atol=1e-7)
+
+
+def vectorized_like_eager(f, *args, argnums=0, shrink=2):
+    """jit(value_and_grad(f)) with the pass equals eager, and its program is ``shrink`` times smaller
+    than the unvectorized one. Returns the Lowered."""
+    eager = wg.value_and_grad(f, argnums=argnums)
+    step = wg.jit(eager)
+    close(step(*args), eager(*args))
+    lowered = step.lower(*args)
+    plain = wg.jit(eager, vectorize=False).lower(*args)
+    stats = lowered.vectorized
+    assert stats["before"] >= plain.eqns  # what the pass met (the in-place pass folds a few after it)
+    assert lowered.eqns * shrink <= plain.eqns, (lowered.eqns, plain.eqns, stats)
+    assert stats["classes"] >= 1 and stats["after"] < stats["before"]
+    assert "vectorized x" in lowered.as_text()
+    return lowered
+
+
+# --- every primitive family, looped over columns ---------------------------------------------------
+def test_elementwise_unary_and_binary():
+    x, y = rng.normal(size=(5, N)), rng.normal(size=(5, N))
+
+    def f(x, y):
+        total = 0.0
+        for i in range(N):
+            u, v = x[:, i], y[:, i]
+            total = total + wnp.sum(wnp.sin(u) * wnp.exp(v) - u ** 2 / (1.0 + v * v) + wnp.tanh(u - v))
+        return total
+
+    vectorized_like_eager(f, x, y, argnums=(0, 1))
+    fd_check(f, (x, y), argnum=1)
+
+
+def test_reductions_per_column():
+    x = rng.normal(size=(6, N))
+
+    def f(x):
+        out = wg.Buffer.zeros((4, N))
+        for i in range(N):
+            c = x[:, i]
+            out[0, i] = wnp.sum(c)
+            out[1, i] = wnp.max(c)
+            out[2, i] = wnp.mean(c * c)
+            out[3, i] = wnp.prod(wnp.cos(c))
+        return wnp.sum(out.freeze() * np.arange(4 * N).reshape(4, N))
+
+    vectorized_like_eager(f, x)
+    fd_check(f, (x,))
+
+
+@pytest.mark.parametrize("spelling", ["@", "np.dot", "np.sum(u*v)", "np.inner", "matmul"])
+def test_dot_products_in_every_spelling(spelling):
+    a, b = rng.normal(size=(7, N)), rng.normal(size=(7, N))
+    m = rng.normal(size=(3, 7))
+    dot = {"matmul": lambda u, v: wnp.sum(m @ u * (m @ v))}.get(spelling) or workloads.dot_spelling(wnp, spelling)
+
+    def f(a, b):
+        return wnp.sum(wnp.stack([dot(a[:, i], b[:, i]) for i in range(N)]) ** 2)
+
+    vectorized_like_eager(f, a, b, argnums=(0, 1))
+
+
+@pytest.mark.parametrize("read", ["two ints", "rows", "strided", "permuted", "reversed"])
+def test_indexing_reads(read):
+    x = rng.normal(size=(4, 3 * N, 2))
+    perm = np.random.default_rng(1).permutation(3 * N)
+    pick = {"two ints": lambda x, i: x[:, i, i % 2], "rows": lambda x, i: x[0, i],
+            "strided": lambda x, i: x[:, 2 * i, 1], "permuted": lambda x, i: x[:, int(perm[i]), 0],
+            "reversed": lambda x, i: x[:, 3 * N - 1 - i, :]}[read]
+
+    def f(x):
+        return wnp.sum(wnp.stack([wnp.sum(wnp.exp(pick(x, i)) * (i + 1)) for i in range(N)]))
+
+    lowered = vectorized_like_eager(f, x)
+    assert lowered.as_text().count("= exp(") == 1  # one batched exp for the forward pass (reused backward)
+
+
+def test_stack_and_concatenate_of_loop_results():
+    x = rng.normal(size=(3, N))
+
+    def f(x):
+        cols = [wnp.tanh(x[:, i]) * (i + 1.0) for i in range(N)]
+        stacked = wnp.stack(cols, axis=1)           # (3, N)
+        joined = wnp.concatenate(cols)              # (3N,)
+        return wnp.sum(stacked ** 2) + wnp.sum(wnp.sin(joined))
+
+    vectorized_like_eager(f, x)
+    fd_check(f, (x,))
+
+
+def test_where_per_column():
+    x = rng.normal(size=(5, N))
+
+    def f(x):
+        total = 0.0
+        for i in range(N):
+            c = x[:, i]
+            total = total + wnp.sum(wnp.where(c > 0, c, 0.1 * c) ** 2)
+        return total
+
+    vectorized_like_eager(f, x)
+    x2 = rng.normal(size=(5, N))  # the mask is recomputed for the new input
+    step = wg.jit(wg.value_and_grad(f))
+    step(x)
+    close(step(x2), wg.value_and_grad(f)(x2))
+
+
+# --- where the results go: Buffer, x.at[].set, in-place writes ------------------------------------
+def test_buffer_writes_and_reads_after_writes():
+    x = rng.normal(size=(4, N))
+
+    def f(x):
+        out = wg.Buffer.zeros((2, N))
+        for i in range(N):
+            out[0, i] = wnp.sum(x[:, i] ** 2)
+        for i in range(N):
+            out[1, i] = out[0, i] * 2.0 + wnp.sin(x[0, i])   # reads elements written above
+        return wnp.sum(out.freeze() * np.arange(2 * N).reshape(2, N))
+
+    vectorized_like_eager(f, x)
+    fd_check(f, (x,))
+
+
+def test_at_set_chain():
+    x = rng.normal(size=(3, N))
+
+    def f(x):
+        out = wnp.zeros(N)
+        for i in range(N):
+            out = wg.at(out)[i].set(wnp.dot(x[:, i], x[:, i]))
+        return wnp.sum(wnp.sin(out))
+
+    vectorized_like_eager(f, x)
+    fd_check(f, (x,))
+
+
+def test_in_place_writes_into_a_traced_array():
+    x = rng.normal(size=(3, N))
+
+    def f(x):
+        out = workloads.traced_zeros(wnp, (N,), x)
+        for i in range(N):
+            out[i] = wnp.sum(wnp.exp(x[:, i]))
+        return wnp.sum(out ** 2)
+
+    jitted = wg.jit(f)
+    close(jitted(x), f(x))
+    lowered = jitted.lower(x)
+    assert lowered.eqns * 2 <= lowered.vectorized["before"]
+    if _grad_of_in_place_is_staged(f, x):  # jit(grad) of x[i] = v: docs/jit.md, "what it cannot do"
+        vectorized_like_eager(f, x)
+
+
+def _grad_of_in_place_is_staged(f, x):
+    try:
+        wg.jit(wg.grad(f))(x)
+    except wg.InPlaceWriteError:
+        return False
+    return True
+
+
+def test_overwritten_buffer_elements_pass_no_gradient():
+    x = rng.normal(size=(3, 4 * N))
+
+    def f(x):
+        out = wg.Buffer.zeros((N,))
+        for i in range(4 * N):  # element i % N written four times: the last write wins
+            out[i % N] = wnp.sum(wnp.sin(x[:, i]))
+        return wnp.sum(out.freeze() * np.arange(1.0, N + 1))
+
+    vectorized_like_eager(f, x)
+    g = wg.jit(wg.grad(f))(x)
+    assert not g[:, :3 * N].any() and g[:, 3 * N:].all()
+    fd_check(f, (x,))
+
+
+def test_repeated_reads_accumulate_their_cotangents():
+    x = rng.normal(size=(4, 3))
+
+    def f(x):
+        return wnp.sum(wnp.stack([wnp.sum(wnp.cos(x[:, i % 3]) * (i + 1.0)) for i in range(3 * N)]))
+
+    vectorized_like_eager(f, x)
+    fd_check(f, (x,))
+
+
+# --- what stays sequential --------------------------------------------------------------------------
+def test_a_recurrence_stays_sequential_and_correct():
+    x = rng.normal(size=(3, N))
+    w = rng.normal(size=3)
+
+    def f(x, w):
+        h = wnp.zeros(3)
+        for i in range(N):
+            h = wnp.tanh(w * h + x[:, i])
+        return wnp.sum(h ** 2)
+
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(x, w), wg.value_and_grad(f, argnums=(0, 1))(x, w))
+    text = step.lower(x, w).as_text()
+    assert text.count("= tanh(") == N  # one per step: each depends on the one before
+    fd_check(f, (x, w), argnum=1)
+
+
+def test_a_running_sum_is_a_reduction():
+    x = rng.normal(size=(3, N))
+
+    def f(x):
+        s = 0.0
+        for i in range(N):
+            s = s + wnp.sum(wnp.exp(x[:, i]))
+        return s
+
+    lowered = vectorized_like_eager(f, x)
+    assert lowered.as_text().count("= exp(") == 1
+
+
+def test_nested_loops_seed_000_every_spelling():
+    n, w, r, b = 3, 4, 2, 8
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.normal(size=(n, r, b))
+    for name, f in workloads.w1_spellings_code(wnp, wg.Buffer).items():
+        if "in-place" in name:
+            continue
+        vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+
+
+def test_seed_001_colwise_against_the_hand_written_gradient():
+    T, B, n_in, n_out, D = 9, 8, 5, 4, 6
+    r = np.random.default_rng(2)
+    Wm, bm = r.normal(size=(n_out, n_in)), r.normal(size=n_out)
+    xs = [r.random((n_in, B)) for _ in range(T)]
+    Hs, wts = r.random((D, T, B)), r.normal(size=(D, B))
+    value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
+    for name, f in workloads.w2_spellings_code(wnp, wg.Buffer).items():
+        if "in-place" in name:
+            continue
+        step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+        got_value, got_grads = step(Wm, bm, xs, Hs, wts)
+        close((got_value, got_grads), (value, grads), rtol=1e-9)
+        assert step.lower(Wm, bm, xs, Hs, wts).eqns * 5 <= step.lower(Wm, bm, xs, Hs, wts).vectorized["before"]
+
+
+def test_a_loop_whose_body_differs_in_one_iteration():
+    x = rng.normal(size=(4, N))
+
+    def f(x):
+        out = wg.Buffer.zeros((N,))
+        for i in range(N):
+            c = x[:, i]
+            out[i] = wnp.sum(wnp.cos(c) if i == 5 else wnp.sin(c) * c)
+        return wnp.sum(out.freeze() ** 2)
+
+    text = vectorized_like_eager(f, x).as_text()
+    assert "vectorized x" in text and "cos(" in text
+    fd_check(f, (x,))
+
+
+def test_vectorize_false_keeps_the_program_and_counts_are_reported():
+    x = rng.normal(size=(3, N))
+
+    def f(x):
+        return wnp.sum(wnp.stack([wnp.sum(wnp.sin(x[:, i])) for i in range(N)]))
+
+    on, off = wg.jit(f).lower(x), wg.jit(f, vectorize=False).lower(x)
+    assert off.vectorized == {} and "vectorized" not in off.as_text()
+    assert on.vectorized["before"] >= off.eqns > on.eqns == on.vectorized["after"]
+    assert on.vectorized["batched"] >= 2 * N
+
+
+# --- the pass on every row of the systematic table, with classes as small as two --------------------
+@pytest.mark.parametrize("name", CASE_IDS)
+def test_every_table_row_with_small_classes_vectorized(name, monkeypatch):
+    monkeypatch.setattr(_vectorize, "MIN_GROUP", 2)
+    test_jit.test_every_table_row_under_jit_grad_and_jvp_equals_eager(name)
