@@ -486,15 +486,24 @@ class _MultivariateNormal(_Dist):
         return F.squeeze(out) if out.ndim else out
 
     def _cdf(self, *args, **kwargs):
-        raise NoDerivativeError("scipy.stats.multivariate_normal.cdf (a numerical integral)")
+        raise _mvn_cdf_refusal("cdf")
 
     def _logcdf(self, *args, **kwargs):
-        raise NoDerivativeError("scipy.stats.multivariate_normal.logcdf (a numerical integral)")
+        raise _mvn_cdf_refusal("logcdf")
 
     logpdf = _method("logpdf", _logpdf)
     pdf = _method("pdf", _exp_of("logpdf"))
     cdf = _method("cdf", _cdf)
     logcdf = _method("logcdf", _logcdf)
+
+
+def _mvn_cdf_refusal(method):
+    name = f"scipy.stats.multivariate_normal.{method}"
+    return NoDerivativeError(name, (
+        f"{name} has no derivative in wengert: SciPy integrates it by randomized quasi-Monte Carlo, whose "
+        "value carries noise of about abseps (1e-5), and its closed-form gradient (a density times a "
+        "(d-1)-dimensional cdf) is not written. Compute it outside the differentiated function, or for "
+        "d = 1 use norm.cdf."))
 
 
 multivariate_normal = _MultivariateNormal()
