@@ -47,9 +47,9 @@ _SQRT_PI = np.sqrt(np.pi)
 _SQRT_2PI = np.sqrt(2 * np.pi)
 
 
-def _no_derivative(name):
+def _no_derivative(name, message=None):
     def rule(g, ans, *args, **params):
-        raise NoDerivativeError(f"the derivative of scipy.special.{name} with respect to this argument")
+        raise NoDerivativeError(f"the derivative of scipy.special.{name} with respect to this argument", message)
     return rule
 
 
@@ -236,12 +236,10 @@ def _beta_partial(a, b, x, which):
 
 
 def _third_order(name):
-    def rule(g, ans, *args, **params):
-        raise NoDerivativeError(f"scipy.special.{name}", (
-            f"scipy.special.{name}: derivatives of third order in the shape parameters are not computed (the "
-            "first and second are, by central differences of SciPy's function; docs/scipy.md). Differentiate "
-            "at most twice in them, or in x, which has closed forms to any order."))
-    return rule
+    return _no_derivative(name, (
+        f"scipy.special.{name}: derivatives of third order in the shape parameters are not computed (the "
+        "first and second are, by central differences of SciPy's function; docs/scipy.md). Differentiate "
+        "at most twice in them, or in x, which has closed forms to any order."))
 
 
 def _trigamma(x):
