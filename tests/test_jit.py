@@ -143,6 +143,68 @@ def test_transforms_of_a_jitted_function_and_nested_jit():
     assert_trees_close(wg.jit(lambda x: wg.jit(wnp.sin)(x) * 2)(x), 2 * np.sin(x))
 
 
+def counted(f):
+    """``f`` with a count of how many times its Python body ran (each trace runs it once)."""
+    def g(*args):
+        g.runs += 1
+        return f(*args)
+    g.runs = 0
+    return g
+
+
+def pair(x, y):  # several outputs, one of them integer, and an integer input
+    h = wnp.tanh(x[..., :3] * y) + wnp.sin(x[..., 1:4]) ** 2
+    return {"h": h, "s": wnp.sum(h * x[..., :3]), "n": wnp.argmax(h)}
+
+
+def test_grad_of_jit_is_one_primitive_traced_once_per_signature():
+    x, y = rng.normal(size=5), rng.normal(size=3)
+    body = counted(lambda x, y: wnp.sum(wnp.sin(x[:3]) * y) * wnp.prod(x[3:]))
+    fj = wg.jit(body)
+    loss = lambda x, y: fj(x, y) * 2.0  # noqa: E731
+    for _ in range(3):
+        assert_trees_close(wg.grad(loss, argnums=(0, 1))(x, y), wg.grad(lambda x, y: body(x, y) * 2.0, argnums=(0, 1))(x, y))
+    # one trace of the program and one of its VJP's (the eager references ran the body 3 times)
+    assert body.runs == 2 + 3 and fj.traces == 2
+    wg.grad(loss)(x + 1.0, y)                       # same signature: no new trace
+    assert fj.traces == 2
+    wg.grad(loss)(np.ones(7), y)                    # a new shape: the program and its VJP again
+    assert fj.traces == 4
+    wg.check_grads(loss, (x, y))                    # finite differences, through the jitted VJP
+
+
+def test_second_order_jvp_and_hessian_of_jit():
+    x = rng.normal(size=5)
+    fj = wg.jit(f_sin)
+    assert_trees_close(wg.hessian(fj)(x), wg.hessian(f_sin)(x))
+    assert_trees_close(wg.grad(lambda x: wg.grad(fj)(x).sum())(x), wg.grad(lambda x: wg.grad(f_sin)(x).sum())(x))
+    t = rng.normal(size=5)
+    assert_trees_close(wg.jvp(fj, (x,), (t,)), wg.jvp(f_sin, (x,), (t,)))
+    wg.check_grads(fj, (x,), order=2, modes=("fwd", "rev"))
+
+
+def test_pytree_outputs_integer_leaves_and_vmap_of_jit():
+    x, y = rng.normal(size=5), rng.normal(size=3)
+    pj = wg.jit(pair)
+    assert_trees_close(wg.grad(lambda x: pj(x, y)["s"])(x), wg.grad(lambda x: pair(x, y)["s"])(x))
+    assert_trees_close(wg.jvp(lambda x: pj(x, y)["h"], (x,), (y[:1] + x,)), wg.jvp(lambda x: pair(x, y)["h"], (x,), (y[:1] + x,)))
+    xs = rng.normal(size=(4, 5))
+    body = counted(pair)
+    vj = wg.vmap(wg.jit(body), in_axes=(0, None))
+    for _ in range(2):
+        assert_trees_close(vj(xs, y), wg.vmap(pair, in_axes=(0, None))(xs, y))
+    assert body.runs == 1                            # the batched program is traced once
+    per_example = wg.vmap(wg.grad(lambda x, y: wg.jit(pair)(x, y)["s"]), in_axes=(0, None))(xs, y)
+    assert_trees_close(per_example, np.stack([wg.grad(lambda x: pair(x, y)["s"])(r) for r in xs]))
+
+
+def test_jitted_function_closing_over_a_traced_value_runs_inline():
+    x = rng.normal(size=5)
+    body = counted(lambda b, a: wnp.sum(wnp.sin(b) * a))
+    g = wg.grad(lambda a: wg.jit(lambda b: body(b, a))(x))(0.7)
+    np.testing.assert_allclose(g, np.sum(np.sin(x)))
+
+
 def test_buffer_at_and_in_place_writes():
     x = rng.normal(size=5)
 

@@ -15,8 +15,11 @@ would bake one branch into a program replayed on other inputs, so it raises, nam
 Functions without a derivative (comparisons, masks, argmax) read values; under jit they are
 staged too (``nondiff``'s hook), so a mask is recomputed for every input.
 
-Called while another transform is open (inside ``grad``, ``vmap``, another ``jit``), a jitted
-function runs inline: its operations belong to the enclosing levels.
+Called under ``grad``, ``jvp`` or ``vmap``, a jitted function is one primitive of theirs
+(``jit_call``, carrying the function on flat leaves), whose rules are jitted programs too: its VJP
+(the forward pass recomputed, then the backward pass), its JVP and its batched form, each traced
+once per signature. Inside another jit, or when it closes over values of the enclosing
+transforms, it runs inline: its operations belong to the enclosing levels.
 """
 from __future__ import annotations
 
@@ -38,10 +41,14 @@ from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
 from ..core.trace import (Primitive, Trace, Tracer, close_level, collector_paused, make_tracer, open_level,
                           open_levels, unbox)
 from ..primitives import _table
+from ..primitives._batching import one_batch_axis
 from ..primitives.scatter import scatter_set
 from ..primitives.elementwise import add
 from ..primitives.shape import getitem, index_add
 from . import _ir, _vectorize
+from .batching import vmap
+from .forward import jvp
+from .reverse import vjp
 
 # --- coupling to core's interpreter stack (the one place to adapt when it changes) ---------------
 def _levels_open():
@@ -169,7 +176,7 @@ class StagingTrace(Trace):
             if x._trace is not self:
                 if x._trace.staged:
                     raise LeakedTracerError("a value of another jit")
-                raise AssertionError("jit staged a value of an enclosing transform")  # inline instead
+                raise _ClosedOver  # a jitted function called under grad/jvp/vmap closes over their values
             var = self.vars[x.index]
             uses.append(var)
             return var, x.value
@@ -401,6 +408,7 @@ class Jitted:
         self.vectorize = vectorize
         self._cache = collections.OrderedDict()
         self.traces = 0  # how many times f was traced (a new signature, or a signature evicted)
+        self._flats = {}  # (static values, tree structure) -> _Flat: its call primitive's programs
         try:
             self._params = inspect.signature(f).parameters
         except (TypeError, ValueError):
@@ -441,7 +449,11 @@ class Jitted:
 
     def __call__(self, *args, **kwargs):
         if _levels_open():
-            return self.f(*args, **kwargs)  # inside another transform: its levels see f's operations
+            return self._call_under_transforms(args, kwargs)
+        return self.run_plain(args, kwargs)
+
+    def run_plain(self, args, kwargs):
+        """Run the program for these (untraced) arguments, tracing it first for a new signature."""
         key, static, leaves, treedef = self._signature(args, kwargs)
         cache = self._cache
         entry = cache.get(key)
@@ -453,6 +465,28 @@ class Jitted:
         else:
             cache.move_to_end(key)
         return tree.unflatten(entry.out_tree, entry.fn(*leaves))
+
+    def _call_under_transforms(self, args, kwargs):
+        """Called under grad, jvp or vmap: one ``jit_call`` equation of those transforms, whose rules
+        are jitted programs too. Inside another jit, or when ``f`` closes over values of the
+        enclosing transforms, ``f`` runs inline (its operations belong to the enclosing levels)."""
+        if any(level.staged for level in open_levels()):
+            return self.f(*args, **kwargs)
+        static, dyn_args, dyn_kwargs = self._split_args(args, kwargs)
+        leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
+        flat = self._flats.get((static, treedef))
+        if flat is None:
+            flat = self._flats[static, treedef] = _Flat(self, static, treedef, len(leaves))
+        if flat.inline:
+            return self.f(*args, **kwargs)
+        try:
+            if not any(type(leaf) is Tracer for leaf in leaves):
+                return self.run_plain(args, kwargs)  # constants of the enclosing transforms
+            outs = jit_call(*leaves, flat=flat)
+        except _ClosedOver:
+            flat.inline = True
+            return self.f(*args, **kwargs)
+        return tree.unflatten(flat.out_tree, list(outs))
 
     def lower(self, *args, **kwargs):
         """The program for these arguments (traced now if the cache does not hold it)."""
@@ -503,6 +537,8 @@ class Jitted:
         for leaf in out_leaves:
             if type(leaf) is Tracer:
                 if leaf._trace is not trace:
+                    if leaf._trace.alive and not leaf._trace.staged:
+                        raise _ClosedOver
                     raise LeakedTracerError("jit")
                 outputs.append(trace.vars[leaf.index])
             else:
@@ -525,6 +561,113 @@ class Jitted:
 
     def __repr__(self):
         return f"<wg.jit of {_name(self.f)}>"
+
+
+# --- a jitted function inside other transforms: one primitive whose rules are jitted too -----------
+class _ClosedOver(Exception):
+    """Staging met a value of an enclosing transform (``f`` closes over it): the call primitive
+    cannot carry it, so that jitted function runs inline under the enclosing transforms."""
+
+
+def _inexact(x):
+    return np.issubdtype(np.result_type(unbox(x) if type(x) is Tracer else x), np.inexact)
+
+
+class _Flat:
+    """A jitted ``f`` on flat leaves, for one tree structure and one set of static values: what the
+    call primitive ``jit_call`` carries. Its program, and the programs of its VJP, its JVP and its
+    batched form, are jitted functions of their own, each traced once per signature and cached."""
+
+    def __init__(self, jitted, static, treedef, count):
+        self.jitted = jitted
+        self.static = static
+        self.treedef = treedef
+        self.count = count        # input leaves
+        self.out_tree = None
+        self.inline = False       # f closes over a value of an enclosing transform: run it inline
+        self.__name__ = _name(jitted.f)
+        options = {"cache_size": jitted.cache_size, "vectorize": jitted.vectorize}
+        self.call = Jitted(self.run, **options)
+        self.vjp = Jitted(self.run_vjp, **options)
+        self.jvp = Jitted(self.run_jvp, **options)
+        self.batched = {}
+
+    def run(self, *leaves):
+        dyn_args, dyn_kwargs = tree.unflatten(self.treedef, list(leaves))
+        args, kwargs = self.jitted._rebuild(self.static, dyn_args, dyn_kwargs)
+        self.jitted.traces += 1
+        out_leaves, out_tree = tree.flatten(self.jitted.f(*args, **kwargs))
+        if self.out_tree is None:
+            self.out_tree = out_tree
+        elif out_tree != self.out_tree:
+            raise TypeError(f"jit: {self.__name__} returns a different structure for arguments of the same "
+                            f"structure ({out_tree!r}, earlier {self.out_tree!r})")
+        return tuple(out_leaves)
+
+    def _differentiable(self, primals):
+        """``run`` as a function of its floating-point leaves alone (integer leaves stay fixed)."""
+        diff = [k for k, p in enumerate(primals) if _inexact(p)]
+
+        def f(*values):
+            full = list(primals)
+            for k, v in zip(diff, values):
+                full[k] = v
+            return self.run(*full)
+        return f, diff
+
+    def run_vjp(self, *values):
+        """The cotangents of the floating-point input leaves, from the primals and the outputs'
+        cotangents (the forward pass is recomputed inside this program, as checkpoint does)."""
+        primals, cts = values[:self.count], values[self.count:]
+        f, diff = self._differentiable(primals)
+        _, pullback = vjp(f, *[primals[k] for k in diff])
+        return pullback(tuple(cts))
+
+    def run_jvp(self, *values):
+        """The outputs' tangents, from the primals and the floating-point inputs' tangents."""
+        primals, tangents = values[:self.count], values[self.count:]
+        f, diff = self._differentiable(primals)
+        _, out = jvp(f, tuple(primals[k] for k in diff), tuple(tangents))
+        return out
+
+    def batch(self, batched):
+        """The jitted vmap of ``run`` with these leaves batched along their first axis."""
+        fn = self.batched.get(batched)
+        if fn is None:
+            fn = self.batched[batched] = Jitted(vmap(self.run, in_axes=tuple(0 if b else None for b in batched)),
+                                                cache_size=self.jitted.cache_size, vectorize=self.jitted.vectorize)
+        return fn
+
+
+def _call_impl(*leaves, flat):
+    return flat.call.run_plain(leaves, {})
+
+
+def _call_vjp(g, ans, args, params, parents):
+    flat = params["flat"]
+    diff = [k for k, a in enumerate(args) if _inexact(a)]
+    cts = flat.vjp(*args, *g)
+    by_leaf = dict(zip(diff, cts))
+    return [by_leaf.get(position) for position, _ in parents]
+
+
+def _call_jvp(tangents, ans, args, params):
+    flat = params["flat"]
+    diff = [k for k, a in enumerate(args) if _inexact(a)]
+    if all(tangents[k] is None for k in diff):
+        return None
+    ts = [tangents[k] if tangents[k] is not None else np.zeros(np.shape(unbox(args[k])), np.result_type(unbox(args[k])))
+          for k in diff]
+    return list(flat.jvp(*args, *ts))
+
+
+def _call_batch(prim, vals, batched, params, size):
+    flat = params["flat"]
+    return flat.batch(tuple(batched))(*vals)  # values of outer levels make it a jit_call there
+
+
+jit_call = _table.defprim(_call_impl, name="jit_call", multiple_results=True, fused_vjp=_call_vjp,
+                          fused_jvp=_call_jvp, batch=one_batch_axis(_call_batch))
 
 
 def _SAFE_NAME(name):
