@@ -40,6 +40,20 @@ def root(array):
     return array
 
 
+def memory_of(value):
+    """The array that owns the memory of ``value``'s innermost value: through the tracers of outer
+    levels (under ``jit(grad(f))`` a tape's values are jit's staged tracers, whose samples jit
+    writes in place when it stages the write)."""
+    while type(value) is Tracer:
+        value = value.value
+    return root(value)
+
+
+def _staged_or_plain(value):
+    """Is ``value`` plain, or a jit-staged tracer of a plain value (a write into it is staged)?"""
+    return type(value) is not Tracer or (value._trace.staged and type(value.value) is not Tracer)
+
+
 def _scan_saved(trace):
     """Bring ``trace.saved`` (memory that tape entries keep for their values) up to date.
 
@@ -57,11 +71,15 @@ def _scan_saved(trace):
             continue
         if ans is not None:
             for a in (ans if prim.multiple_results else (ans,)):
+                if type(a) is Tracer:   # under jit: the staged value's sample
+                    a = memory_of(a)
                 if isinstance(a, np.ndarray):
                     saved.setdefault(id(root(a)), prim.name)
         if args:
             flags = prim.value_args
             for k, a in enumerate(args):
+                if type(a) is Tracer:
+                    a = memory_of(a)
                 if isinstance(a, np.ndarray) and (flags is None or k >= len(flags) or flags[k]):
                     saved.setdefault(id(root(a)), prim.name)
     trace.scanned = end
@@ -71,7 +89,7 @@ def check_not_stale(trace, args, prim):
     """Refuse to use a view that was made before an in-place write into its memory."""
     for a in args:
         if type(a) is Tracer and a._trace is trace:
-            written_at = trace.written.get(id(root(a.value)))
+            written_at = trace.written.get(id(memory_of(a.value)))
             if written_at is not None and a.index < written_at:
                 raise InPlaceWriteError(
                     f"{prim.name} uses a view of an array that was changed in place after the view was "
@@ -108,7 +126,7 @@ def _input_memory(trace):
     inputs = trace.inputs
     cached = trace.input_memory
     if cached is None or cached[0] != len(inputs):
-        cached = trace.input_memory = (len(inputs), frozenset(id(root(arr)) for arr in inputs))
+        cached = trace.input_memory = (len(inputs), frozenset(id(memory_of(arr)) for arr in inputs))
     return cached[1]
 
 
@@ -126,17 +144,18 @@ def write_in_place(x, index, value, write_prim):
 
 def _record_write(x, index, value, write_prim):
     trace = x._trace
-    array = x.value
-    if type(array) is Tracer or (type(value) is Tracer and type(value.value) is Tracer):
+    array = x.value   # under jit(grad(f)): a staged tracer, whose own write jit stages
+    ours = type(value) is Tracer and value._trace is trace
+    if not _staged_or_plain(array) or not _staged_or_plain(value.value if ours else value):
         if is_batched(x) or is_batched(value):
             raise BatchedInPlaceWriteError(
                 "an in-place write into values that vmap batches, under another transform")
         raise InPlaceWriteError(
-            "In-place writes are supported under a single transform only (not inside grad of grad). "
-            + ADVICE)
-    if not isinstance(array, np.ndarray):
+            "In-place writes are supported under a single transform only (not inside grad of grad, "
+            "jvp of grad or grad inside vmap; jit(grad(f)) is fine: jit stages the write). " + ADVICE)
+    memory = memory_of(array)
+    if not isinstance(memory, np.ndarray):
         raise InPlaceWriteError("Item assignment needs an array; " + ADVICE)
-    memory = root(array)
     key = id(memory)
     if key in _input_memory(trace):
         _refuse_input()
@@ -153,12 +172,10 @@ def _record_write(x, index, value, write_prim):
         trace.guard = stale_guard
     elif x.index < trace.last_write:
         check_not_stale(trace, (x,), write_prim)
-    ours = type(value) is Tracer and value._trace is trace
     plain_value = value.value if ours else value
-    if type(plain_value) is Tracer:
-        raise InPlaceWriteError("The written value belongs to another transform. " + ADVICE)
     array[index] = plain_value
-    shape = plain_value.shape if type(plain_value) is np.ndarray else np.shape(plain_value)
+    shape = plain_value.shape if type(plain_value) is np.ndarray or type(plain_value) is Tracer \
+        else np.shape(plain_value)
     tape = trace.tape
     last = len(tape)
     tape.append((write_prim, [None, None], None, {"index": index, "value_shape": shape},
