@@ -418,3 +418,91 @@ def test_updates_write_in_place_only_when_nothing_reads_the_old_array():
     for f in (aliased, read_after):
         text = wg.jit(f).lower(x).as_text()
         assert "scatter_set(" in text and "set_in_place(" not in text
+
+
+# --- x[idx] = v under jit(grad): the tape's write on staged values is staged by jit ---------------
+def written(x):
+    y = x * 1.0
+    y[1:3] = wnp.sin(x[0:2]) * 2.0
+    y[0] = y[4] ** 2
+    y[3:] += x[:2] ** 2
+    return wnp.sum(y * y * x)
+
+
+def central_differences(f, x, eps=1e-6):
+    return np.array([(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(x.size)]).reshape(x.shape)
+
+
+def test_in_place_writes_under_jit_of_grad_match_finite_differences():
+    step = wg.jit(wg.grad(written))
+    for x in (np.linspace(0.2, 1.3, 5), rng.normal(size=5)):   # the second draw reuses the program
+        np.testing.assert_allclose(step(x), central_differences(written, x), rtol=1e-6, atol=1e-8)
+        assert_trees_close(step(x), wg.grad(written)(x))
+    assert step.traces == 1
+    vg = wg.jit(wg.value_and_grad(written))(np.ones(5))
+    assert_trees_close(vg, wg.value_and_grad(written)(np.ones(5)))
+
+
+@pytest.mark.parametrize("f, match", [
+    (lambda x: wnp.sum(_write_after(x, lambda y: wnp.sin(y))), "sin saved"),
+    (lambda x: wnp.sum(_write_after(x, lambda y: y[0:2])), "view"),
+])
+def test_in_place_writes_under_jit_of_grad_refused_as_under_grad(f, match):
+    x = rng.normal(size=5)
+    for transform in (wg.grad, lambda f: wg.jit(wg.grad(f))):
+        with pytest.raises(wg.InPlaceWriteError, match=match):
+            transform(f)(x)
+
+
+def _write_after(x, use):
+    y = x * 1.0
+    kept = use(y)
+    y[0] = 3.0
+    return kept * y[:kept.shape[0]]
+
+
+def test_in_place_writes_still_refused_under_two_differentiating_transforms():
+    def f(x):
+        y = x * 1.0
+        y[0] = x[1] ** 2
+        return wnp.sum(y ** 3)
+    with pytest.raises(wg.InPlaceWriteError, match="single transform"):
+        wg.grad(lambda x: wg.grad(f)(x).sum())(rng.normal(size=3))
+
+
+# --- donate_argnums -------------------------------------------------------------------------------
+def sgd(params, x, lr):
+    value, grads = wg.value_and_grad(lambda p: wnp.sum(wnp.tanh(x @ p["w"]) ** 2) + wnp.sum(p["b"] ** 2))(params)
+    return value, {k: params[k] - lr * grads[k] for k in params}
+
+
+def test_donated_parameters_are_updated_in_their_own_buffers():
+    params = {"w": rng.normal(size=(4, 3)), "b": rng.normal(size=3)}
+    x = rng.normal(size=(6, 4))
+    expected = wg.jit(sgd)(params, x, 0.1)
+    step = wg.jit(sgd, donate_argnums=0)
+    donated = {k: v.copy() for k, v in params.items()}
+    buffers = dict(donated)
+    value, new = step(donated, x, 0.1)
+    assert_trees_close((value, new), expected)
+    assert all(np.shares_memory(new[k], buffers[k]) for k in params)   # written in place
+    assert not np.shares_memory(expected[1]["w"], params["w"])         # without donation: fresh arrays
+    again = step(new, x, 0.1)                                          # the usual loop: donate the result
+    assert_trees_close(again, wg.jit(sgd)(expected[1], x, 0.1))
+
+
+def test_donation_errors_name_the_problem():
+    x = rng.normal(size=(3, 3))
+    add = wg.jit(lambda a, b: a * 2.0 + b, donate_argnums=0)
+    with pytest.raises(ValueError, match="also passed as another argument"):
+        add(x, x[0])
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        add(read_only, x)
+    with pytest.raises(ValueError, match="both static and donated"):
+        wg.jit(lambda a, n: a * n, static_argnums=1, donate_argnums=1)(x, 2)
+    with pytest.raises(ValueError, match="positional argument"):
+        wg.jit(lambda a: a * 2.0, donate_argnums=3)(x)
+    mine = x.copy()
+    np.testing.assert_allclose(add(mine, x), x * 3.0)

@@ -164,10 +164,11 @@ def cse(program):
 PASSES = {"cse": True, "in_place": True}
 
 
-def optimize(program, prims, vectorize=None):
+def optimize(program, prims, vectorize=None, donated=()):
     """The passes, in order. ``prims``: the primitives the passes know by identity (getitem,
     scatter_set, index_add, add); ``vectorize``: the vectorizing pass (transforms/_vectorize.py,
-    bound by jit), run after CSE and before the in-place updates, or None."""
+    bound by jit), run after CSE and before the in-place updates, or None; ``donated``: the input
+    Vars whose arrays the program may write (``donate_argnums``)."""
     program = dce(program)
     if PASSES["cse"]:
         program = cse(program)
@@ -176,7 +177,7 @@ def optimize(program, prims, vectorize=None):
     if PASSES["in_place"]:
         program = fold_indexed_adds(program, prims["index_add"], prims["add"])
         program = hoist_reads(program, prims["scatter_set"], prims["getitem"])
-        program = in_place(program, prims["scatter_set"], prims["index_add"], prims["add"], prims["getitem"])
+        program = in_place(program, prims["scatter_set"], prims["index_add"], prims["add"], prims["getitem"], donated)
     return program
 
 
@@ -488,8 +489,22 @@ def fold_indexed_adds(program, index_add, add):
     return Program(program.inputs, out, program.outputs)
 
 
-def in_place(program, scatter_set, index_add, add, getitem):
-    """Mark the updates that may write into their first operand (see above)."""
+def _into_donated(eqn, owned, donated_buffers, buffers, fits):
+    """The operand an elementwise ufunc may write its result into (``out=``): one that lives in a
+    donated input's buffer and is read for the last time here; None otherwise."""
+    impl = eqn.prim.impl
+    if not isinstance(impl, np.ufunc) or impl.nout != 1 or eqn.params or len(eqn.args) != impl.nin:
+        return None
+    for a in eqn.args:
+        if type(a) is Var and a.id in owned and buffers[a.id] <= donated_buffers and fits(a):
+            return a
+    return None
+
+
+def in_place(program, scatter_set, index_add, add, getitem, donated=()):
+    """Mark the updates that may write into their first operand (see above). A donated input is
+    owned from the start, and an elementwise ufunc whose operand lives in a donated buffer (and is
+    read for the last time) writes its result there: ``p - lr * g`` updates ``p`` in place."""
     eqns = program.eqns
     last = {}
     for k, eqn in enumerate(eqns):
@@ -505,12 +520,27 @@ def in_place(program, scatter_set, index_add, add, getitem):
     for v in program.inputs:
         buffers[v.id] = frozenset((("in", v.id),))
         buffer_last[("in", v.id)] = max(buffer_last.get(("in", v.id), -1), last.get(v.id, -1))
+    donated_buffers = frozenset(("in", v.id) for v in donated)
+    owned.update(v.id for v in donated)
     out = []
     for k, eqn in enumerate(eqns):
         prim = eqn.prim
         target = eqn.args[0] if eqn.args else None
         result = eqn.outs[0]
         replacement = None
+        if donated_buffers:
+            def fits(a, k=k, result=result):
+                return a.shape == result.shape and a.dtype == result.dtype and a.shape != () and last.get(a.id) == k \
+                    and all(buffer_last.get(b, -1) <= k for b in buffers[a.id])
+            into = _into_donated(eqn, owned, donated_buffers, buffers, fits)
+            if into is not None:
+                eqn = Eqn(prim, eqn.args, {"out": into}, eqn.outs, eqn.uses, eqn.source)
+                buffers[result.id] = buffers[into.id]
+                owned.add(result.id)
+                for b in buffers[result.id]:
+                    buffer_last[b] = max(buffer_last.get(b, -1), last.get(result.id, -1))
+                out.append(eqn)
+                continue
         if prim is scatter_set or prim is index_add or (prim is add and not eqn.params):
             if type(target) is Var and target.id in owned and target.shape == result.shape \
                     and target.dtype == result.dtype and target.shape != () \

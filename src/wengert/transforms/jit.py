@@ -364,6 +364,7 @@ class Lowered:
         self.eqns_traced = eqns_traced  # before the passes
         self.vectorized = {}  # the vectorizing pass: equations before and after it, classes batched
         self.timings = {}  # seconds spent tracing, optimizing, generating and compiling it
+        self.donated = ()  # positions of the input leaves the program may write into (donate_argnums)
         self._text = None
 
     def as_text(self):
@@ -464,7 +465,43 @@ class Jitted:
                 cache.popitem(last=False)
         else:
             cache.move_to_end(key)
+        if entry.donated:
+            self._check_donated(entry.donated, leaves)
         return tree.unflatten(entry.out_tree, entry.fn(*leaves))
+
+    def _check_donated(self, donated, leaves):
+        """A donated array is written by the program: it must be writable and not the memory of
+        another argument (which the program would then read after writing it)."""
+        for k in donated:
+            memory = root(leaves[k])
+            if not leaves[k].flags.writeable:
+                raise ValueError(f"jit: {_name(self.f)} donates a read-only array (donate_argnums="
+                                 f"{self.donate_argnums}); pass a writable copy or do not donate it")
+            for j, other in enumerate(leaves):
+                if j != k and type(other) is np.ndarray and root(other) is memory:
+                    raise ValueError(
+                        f"jit: an array donated to {_name(self.f)} (donate_argnums={self.donate_argnums}) is "
+                        "also passed as another argument, or shares its memory: the program would write "
+                        "it while still reading the other. Pass a copy to one of them.")
+
+    def _donated_leaves(self, static, treedef, leaves):
+        """The positions of the array leaves of the donated positional arguments."""
+        if not self.donate_argnums:
+            return ()
+        dyn_args, _ = tree.unflatten(treedef, list(range(len(leaves))))  # each leaf replaced by its position
+        static_at = sorted(s[1] for s in static if s[0] == "arg")
+        count = len(dyn_args) + len(static_at)
+        positions = set()
+        for i in self.donate_argnums:
+            if not -count <= i < count:
+                raise ValueError(f"jit: donate_argnums={self.donate_argnums} but {_name(self.f)} was called "
+                                 f"with {count} positional argument(s)")
+            k = i % count
+            if k in static_at:
+                raise ValueError(f"jit: argument {k} of {_name(self.f)} is both static and donated; a static "
+                                 "value is part of the signature, not a buffer")
+            positions.update(tree.leaves(dyn_args[k - sum(1 for s in static_at if s < k)]))
+        return tuple(sorted(k for k in positions if type(leaves[k]) is np.ndarray))
 
     def _call_under_transforms(self, args, kwargs):
         """Called under grad, jvp or vmap: one ``jit_call`` equation of those transforms, whose rules
@@ -511,6 +548,12 @@ class Jitted:
         return args, kwargs
 
     def _lower(self, static, leaves, treedef):
+        # Python's full collections would rescan every equation, Var and tracer again and again as
+        # the program grows (about a fifth of a 30k-equation first call): rare while lowering
+        with collector_paused():
+            return self._lower_program(static, leaves, treedef)
+
+    def _lower_program(self, static, leaves, treedef):
         self.traces += 1
         t0 = time.perf_counter()
         trace = _open_staging_level()
@@ -518,11 +561,10 @@ class Jitted:
         previous = hook[0]
         hook[0] = _nondiff_staged
         try:
-            with collector_paused():
-                wrapped = [trace.new_input(leaf) for leaf in leaves]
-                dyn_args, dyn_kwargs = tree.unflatten(treedef, wrapped)
-                args, kwargs = self._rebuild(static, dyn_args, dyn_kwargs)
-                out = self.f(*args, **kwargs)
+            wrapped = [trace.new_input(leaf) for leaf in leaves]
+            dyn_args, dyn_kwargs = tree.unflatten(treedef, wrapped)
+            args, kwargs = self._rebuild(static, dyn_args, dyn_kwargs)
+            out = self.f(*args, **kwargs)
         except NeedsLoop as e:  # vmap's signal for work whose shape depends on each example's values
             raise ConcretizationError(
                 f"{e}. Under wg.jit the same holds for the values the program will receive: the result's "
@@ -546,8 +588,10 @@ class Jitted:
         program = _ir.Program(trace.program_inputs, trace.eqns, outputs)
         traced = len(program.eqns)
         stats = {}
+        donated = self._donated_leaves(static, treedef, leaves)
         program = _ir.optimize(program, _PRIMS, functools.partial(_vectorize.vectorize, trace_type=StagingTrace,
-                                                                  stats=stats) if self.vectorize else None)
+                                                                  stats=stats) if self.vectorize else None,
+                               donated=[program.inputs[k] for k in donated])
         t2 = time.perf_counter()
         name = _SAFE_NAME(getattr(self.f, "__name__", "f"))
         text, namespace = _ir.generate(program, getitem, name)
@@ -555,6 +599,7 @@ class Jitted:
         fn, _ = _ir.compile_program(text, namespace, name)
         t4 = time.perf_counter()
         lowered = Lowered(program, text, fn, out_tree, traced)
+        lowered.donated = donated
         lowered.vectorized = stats
         lowered.timings = {"trace": t1 - t0, "optimize": t2 - t1, "generate": t3 - t2, "compile": t4 - t3}
         return lowered
@@ -691,9 +736,11 @@ def jit(f=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), cac
     """Stage ``f`` once per signature and run it as straight-line NumPy (see the module docstring).
 
     ``static_argnums``/``static_argnames`` name arguments whose values (hashable) are part of the
-    signature, as in JAX: Python control flow may depend on them. ``donate_argnums`` is accepted
-    for JAX compatibility (the generated program never writes into its inputs). ``cache_size``
-    bounds the programs kept per function (least recently used are dropped and retraced).
+    signature, as in JAX: Python control flow may depend on them. ``donate_argnums`` names
+    positional arguments whose arrays the program may reuse for its results and intermediates (an
+    update ``p - lr * g`` written into ``p``), as in JAX: the caller must not use them afterwards.
+    ``cache_size`` bounds the programs kept per function (least recently used are dropped and
+    retraced).
     ``vectorize=False`` turns off the pass that batches a loop's isomorphic per-column equations
     (transforms/_vectorize.py), to compare.
     """
