@@ -14,6 +14,14 @@ run the current copy twice.
 from __future__ import annotations
 
 import os
+import sys
+
+# malloc's thresholds pinned as benchmarks/run.py pins them (see there): otherwise a row's time
+# moves with the page faults left by the row before it (W4 measured 2 ms or 10 ms by turns)
+_PINNED = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+if __name__ == "__main__" and sys.platform.startswith("linux") and any(
+        os.environ.get(k) != v for k, v in _PINNED.items()):
+    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **_PINNED})
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -23,7 +31,7 @@ import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 import pathlib  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
+import time  # noqa: E402
 import tarfile  # noqa: E402
 import tempfile  # noqa: E402
 import io  # noqa: E402
@@ -37,7 +45,16 @@ import wengert  # noqa: E402
 import workloads  # noqa: E402
 from timing import interleaved_medians  # noqa: E402
 
-DEFAULT_ONLY = "W1:vectorized,W1:loop,W2:diagmatmul,W2:glued,W3,W4"
+DEFAULT_ONLY = "W1:vectorized,W1:loop,W1:loop[Buffer, @],W2:diagmatmul,W2:glued,W3,W4"
+
+
+def _selected(row, only):
+    """``W1`` selects the workload; ``W1:loop`` the formulation named exactly ``loop``."""
+    for token in only:
+        workload, _, formulation = token.partition(":")
+        if workload == row.workload and (not formulation or formulation == row.formulation):
+            return True
+    return False
 
 
 def load_revision(rev, folder):
@@ -61,6 +78,8 @@ def main(argv=None):
     p.add_argument("--before-rev", default="c524861", help="git revision of the 'before' sources")
     p.add_argument("--only", default=DEFAULT_ONLY, help="workload rows, as in run.py --only")
     p.add_argument("--repeat", type=int, default=21, help="samples per contestant")
+    p.add_argument("--max-call", type=float, default=1.0,
+                   help="leave out rows whose first call takes longer than this (seconds)")
     p.add_argument("--quick", action="store_true", help="tiny sizes and 3 samples (the smoke test)")
     args = p.parse_args(argv)
     repeat = 3 if args.quick else args.repeat
@@ -72,15 +91,20 @@ def main(argv=None):
               f"value_and_grad medians of {repeat} interleaved calls, ms")
         print(f"{'row':52s} {'before':>9s} {'after':>9s} {'after/before':>13s}")
         ratios = []
-        for row in workloads.rows(quick=args.quick, only=args.only.split(",")):
-            if row.wengert_only:
+        only = args.only.split(",")
+        for row in workloads.rows(quick=args.quick, only=only):
+            if row.wengert_only or not _selected(row, only):
                 continue
             cases = {}
             for label, (wg, wnp) in trees.items():
                 loss = row.code(wnp, wg.Buffer)[row.formulation]
                 vg = wg.value_and_grad(loss, argnums=row.argnums)
                 cases[label] = (lambda vg=vg: vg(*row.args))
+            t0 = time.perf_counter()
             v0, g0 = cases["before"]()
+            if time.perf_counter() - t0 > args.max_call:
+                print(f"{row.name:52s} left out: its first call took over --max-call={args.max_call} s")
+                continue
             v1, g1 = cases["after"]()
             np.testing.assert_allclose(v1, v0, rtol=1e-5)
             medians = interleaved_medians(cases, repeat, scale=1e3)

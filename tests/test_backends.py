@@ -103,6 +103,8 @@ CASES = {
     "where": lambda x, a: wnp.sum(wnp.where(x > 0.5, x ** 2, wnp.log(x))),
     "softmax_logsumexp": lambda x, a: wnp.sum(wg.nn.softmax(x, axis=1)[:, 0])
     + wnp.sum(wg.nn.logsumexp(x @ a, axis=0)),
+    "linalg": lambda x, a: wnp.sum(wnp.linalg.cholesky(x.T @ x + 4 * np.eye(4))[:, :2])
+    + wnp.sum(wnp.linalg.inv(x.T @ x + np.eye(4))) + wnp.sum(wnp.linalg.solve(x.T @ x + np.eye(4), a)),
     "reshape": lambda x, a: wnp.sum(wnp.reshape(x, (3, 2, 4)).sum(axis=1) ** 2) + wnp.reshape(x, (24,))[5],
 }
 
@@ -192,12 +194,36 @@ def test_check_grads_still_catches_a_wrong_gradient(backend):
 def test_integer_array_index_gradient(backend):
     """x[int array] needs a scatter-add: CuPy has one; Dask has none, and says so by name."""
     x = backend.put(X)
-    f = lambda x: wnp.sum(x[np.array([0, 0, 2])] ** 2) + wnp.sum(x[x > 0.5])
+    f = lambda x: wnp.sum(x[np.array([0, 0, 2])] ** 2) + wnp.sum(wnp.take(x, np.array([1, 1]), axis=1))
+    masked = lambda x: wnp.sum(x[x > 0.5] ** 2)
     if backend.name == "dask":
         with pytest.raises(wg.BackendError, match=r"scatter-add \(np.add.at\), which dask arrays"):
             wg.grad(f)(x)
+        with pytest.raises(wg.BackendError, match=r"shape depends on its values \(x\[mask\]"):
+            wg.grad(masked)(x)
     else:
         _close(backend, wg.grad(f)(x), wg.grad(f)(X))
+        _close(backend, wg.grad(masked)(x), wg.grad(masked)(X))
+
+
+@pytest.mark.parametrize("name, f, message", [
+    ("det", lambda x: wnp.linalg.det(x[:4]), r"numpy.linalg.det has no lazy implementation in Dask"),
+    ("sort", lambda x: wnp.sum(wnp.sort(x, axis=1)[:, 0]), r"numpy.argsort has no lazy implementation in Dask"),
+    ("unique", lambda x: wnp.sum(wnp.unique(x)), r"unique of a Dask array: its result's shape depends on the values"),
+    ("qr complete", lambda x: wnp.sum(wnp.linalg.qr(x, mode="complete")[1]), r"qr\(mode='complete'\) of a Dask array"),
+])
+def test_what_dask_cannot_do_lazily_is_refused_by_name(name, f, message):
+    """Never an eager conversion to NumPy (Dask's fallback for functions it lacks computes), never
+    a crash inside Dask: a BackendError naming the function and what to do."""
+    da = pytest.importorskip("dask.array")
+    x = da.from_array(X, chunks=(3, 2))
+    with pytest.raises(wg.BackendError, match=message):
+        wg.grad(f)(x)
+    with pytest.raises(wg.BackendError, match=message):   # forward mode and vmap say the same
+        wg.jvp(f, (x,), (x,))
+    if name == "det":
+        with pytest.raises(wg.BackendError, match=message):
+            wg.vmap(lambda m: wnp.linalg.det(m[:2, :2]))(da.from_array(np.stack([X[:4]] * 2), chunks=2))
 
 
 def test_namespace_helpers_keep_numpy_numpy():
@@ -222,7 +248,7 @@ def test_gradient_computed_on_a_distributed_cluster():
     cluster = client = None
     try:
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                           dashboard_address=None, silence_logs=logging.ERROR)
+                                           dashboard_address=":0", silence_logs=logging.ERROR)
         client = distributed.Client(cluster, timeout="30s")
         value, grad = wg.value_and_grad(_logistic)(w, x, y)
         assert type(grad) is da.Array

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -84,3 +86,21 @@ def test_op_overhead_covers_every_primitive_and_runs(tmp_path):
             assert isinstance(r[key], float), (r["case"], key)
     assert results["rows"] == sorted(rows, key=lambda r: -r["overhead_us"])
     assert op_overhead.uncovered() == []
+
+
+def test_dask_fit_quick(tmp_path):
+    """benchmarks/dask_fit.py at tiny sizes: both fits (wengert's gradient on Dask arrays and the
+    hand-written Dask gradient) run, each size in its own process, end at the same weights (the
+    script asserts it) and lower the loss. No timing assertions."""
+    pytest.importorskip("dask.array", reason="dask[array] is not installed (pip install 'wengert[dask]')")
+    out = tmp_path / "dask_fit.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dask_fit.py"), "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())
+    assert [r["rows"] for r in rows] == [20000, 80000]
+    for r in rows:
+        for who in ("wengert", "hand"):
+            losses = r[who]["losses"]
+            assert len(losses) == 2 and losses[-1] < losses[0]
+            assert r[who]["peak_mb"] > r[who]["base_mb"] > 0

@@ -13,6 +13,12 @@ names the extra to install.
 """
 from __future__ import annotations
 
+import contextlib
+import re
+import sys
+import threading
+import warnings
+
 import numpy as np
 
 from .errors import BackendError
@@ -171,3 +177,99 @@ def to_numpy(x):
 
 def is_complex(dtype):
     return is_inexact(dtype) and not is_real_floating(dtype)
+
+
+# Dask answers a NumPy function it does not implement by computing its operands into NumPy and
+# calling NumPy (with this FutureWarning): a silent, eager conversion, the one thing a lazy
+# gradient must not do. Under a transform of Dask arrays the warning is an error, reported as a
+# BackendError that names the function.
+_DASK_FALLBACK = re.compile(r"The `(.*)` function is not implemented by Dask array")
+
+
+def dask_module(x, name="dask.array"):
+    """An already-imported Dask module, for the few functions whose NumPy dispatch Dask gets wrong
+    (its cholesky returns the upper factor): ``x`` is a Dask array, so Dask is loaded."""
+    return sys.modules[name]
+
+
+def involves_dask(values):
+    return any(is_foreign(v) and library(v) == "dask" for v in values)
+
+
+_HINTS = threading.local()   # .chunks: {axis length: the Dask inputs' chunks along such an axis}
+
+
+@contextlib.contextmanager
+def refusing_eager_fallbacks(values):
+    """Inside: NumPy functions Dask lacks raise a BackendError instead of computing into NumPy, and
+    broadcasts are chunked like the Dask inputs among ``values`` (``broadcast_to``).
+
+    Only when ``values`` hold a Dask array (NumPy's path pays one scan of them); warnings filters
+    are process-wide, so this is not thread-safe among concurrent transforms of Dask arrays.
+    """
+    if not involves_dask(values):
+        yield
+        return
+    saved = getattr(_HINTS, "chunks", None)
+    hints = dict(saved or {})
+    for v in values:
+        if is_foreign(v) and library(v) == "dask":
+            for n, c in zip(v.shape, v.chunks):
+                hints.setdefault(n, c)
+    _HINTS.chunks = hints
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=_DASK_FALLBACK.pattern, category=FutureWarning)
+            try:
+                yield
+            except FutureWarning as w:
+                found = _DASK_FALLBACK.search(str(w))
+                if found is None:
+                    raise
+                raise BackendError(
+                    f"{found.group(1)} has no lazy implementation in Dask: on a Dask array it would "
+                    "compute the whole array into NumPy. Compute the array first (x.compute()) if it "
+                    "fits in memory, or apply the function per block (dask.array.map_blocks) outside "
+                    "the differentiated code") from None
+    finally:
+        _HINTS.chunks = saved
+
+
+def refuse_data_dependent(name, values):
+    """A function whose result's shape depends on the values (unique, set operations), refused on
+    a lazy Dask array, whose shapes must be known before anything is computed."""
+    for v in values:
+        while hasattr(v, "_trace"):   # a tracer: its plain value
+            v = v.value
+        if is_foreign(v) and library(v) == "dask":
+            raise BackendError(
+                f"{name} of a Dask array: its result's shape depends on the values, which a lazy "
+                "Dask graph cannot know, and its gradient would need a scatter-add Dask lacks. "
+                "Compute the array first (x.compute()) and call it on NumPy values")
+
+
+BROADCAST_CHUNK_BYTES = 8 << 20
+
+
+def broadcast_to(x, shape):
+    """``x`` broadcast to ``shape`` in its namespace. A Dask array is chunked, along the axes the
+    broadcast adds or stretches, like the transform's Dask inputs along axes of that length (a
+    mean's seed broadcast over the rows gets the rows' chunks), else in chunks of at most
+    ``BROADCAST_CHUNK_BYTES``. Not one chunk of the whole shape: the next elementwise rule would
+    materialize it whole (80 MB for a mean over twenty million float32 rows), and chunks that do
+    not line up with the data's make Dask rechunk both (docs/backends.md)."""
+    if library(x) != "dask":
+        return namespace(x).broadcast_to(x, shape)
+    if any(n != n for n in tuple(shape) + tuple(x.shape)):   # nan: Dask's unknown length
+        raise BackendError(
+            "a Dask array whose shape depends on its values (x[mask] with a boolean mask, nonzero, "
+            "...) reached a gradient rule: its length is unknown until computed, and its gradient "
+            "would need a scatter-add Dask lacks. Use wnp.where(mask, x, 0) instead of x[mask], or "
+            "compute the array first")
+    da = dask_module(x)
+    hints = getattr(_HINTS, "chunks", None) or {}
+    lead = len(shape) - x.ndim
+    spec = tuple(hints.get(n, "auto") if i < lead or (x.shape[i - lead] == 1 and n != 1) else x.chunks[i - lead]
+                 for i, n in enumerate(shape))
+    chunks = da.core.normalize_chunks(spec, shape, limit=BROADCAST_CHUNK_BYTES, dtype=x.dtype)
+    return da.broadcast_to(x, shape, chunks=chunks)

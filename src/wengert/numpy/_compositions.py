@@ -15,6 +15,7 @@ import operator
 
 import numpy as np
 
+from ..core.namespace import refuse_data_dependent as _refuse_data_dependent
 from ..core.trace import Tracer, dtype_of, unbox
 from ..primitives import elementwise as E
 from ..primitives import scatter as _scatter
@@ -1202,6 +1203,7 @@ def _first_occurrences(arrays, values):
 def _set_operation(np_fn, name, arrays, *args, **kwargs):
     """NumPy's answer, its values read from the traced inputs at their first occurrences."""
     arrays = [_operand(a) for a in arrays]
+    _refuse_data_dependent(name, arrays)
     if builtins.any(type(unbox_all(a)) is Tracer for a in arrays):  # batched by vmap
         raise _NeedsLoop(f"{name}: the result's size depends on each example's values, so each example is "
                         "computed on its own")

@@ -14,6 +14,7 @@ import opt_einsum
 
 from ..core.errors import NoDerivativeError
 from ..core.namespace import is_foreign as _is_foreign
+from ..core.namespace import refuse_data_dependent as _refuse_data_dependent
 from ..core.trace import Tracer, unbox
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
@@ -851,6 +852,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     if type(ar) is not Tracer:
         return np.unique(ar, return_index=return_index, return_inverse=return_inverse,
                          return_counts=return_counts, axis=axis, equal_nan=equal_nan)
+    _refuse_data_dependent("unique", [ar])
     found = _unique_plain(ar, return_index=True, return_inverse=return_inverse, return_counts=return_counts,
                           axis=axis, equal_nan=equal_nan)
     values = take(ar, found[1], axis=axis)

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.errors import BackendError
+from ..core.namespace import dask_module, library
 from ..core.trace import Tracer, unbox
 from ._batching import one_batch_axis
 from ._table import constant, defprim, elementwise_constant, staged, unbroadcast
@@ -289,6 +291,9 @@ slogdet = defprim(np.linalg.slogdet, _slogdet_vjp, name="slogdet", multiple_resu
 
 # --- Cholesky --------------------------------------------------------------------------------------
 def _cholesky(x, upper=False):
+    if type(x) is not np.ndarray and library(x) == "dask":
+        # NumPy's dispatch reaches dask.array.linalg.cholesky, whose default is the upper factor
+        return dask_module(x, "dask.array.linalg").cholesky(x, lower=not upper)
     return np.linalg.cholesky(x, upper=True) if upper else np.linalg.cholesky(x)
 
 
@@ -551,6 +556,11 @@ svdvals = defprim(_svdvals, _svdvals_vjp, name="svdvals", jvp=_svdvals_jvp, batc
 
 # --- QR --------------------------------------------------------------------------------------------
 def _qr(x, mode="reduced"):
+    if type(x) is not np.ndarray and library(x) == "dask":
+        if mode != "reduced":
+            raise BackendError(f"qr(mode={mode!r}) of a Dask array: Dask's qr gives the reduced "
+                               "factors only; use mode='reduced'")
+        return np.linalg.qr(x)   # Dask's qr (its signature has no mode)
     return np.linalg.qr(x, mode=mode)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core.backward import is_basic, indexed_cotangent
 from ..core.namespace import copy as _copy_of, is_foreign, namespace, result_type, scatter_add
-from ..core.namespace import zeros as _zeros_like_in
+from ..core.namespace import broadcast_to as _broadcast_in_namespace, zeros as _zeros_like_in
 from ..core.trace import Tracer, dtype_of, unbox
 from ._batching import (axis_rule, broadcast_to_rule, diagonal_embed_rule, diagonal_rule, getitem_rule, index_add_rule,
                         join_rule, pad_rule, reshape_rule, roll_rule, transpose_rule, unary_rule)
@@ -42,7 +42,7 @@ def _inverse_axes(axes, ndim):
 
 def _broadcast_to(x, shape):
     if type(x) is not np.ndarray and is_foreign(x):
-        return namespace(x).broadcast_to(x, shape)
+        return _broadcast_in_namespace(x, shape)
     return np.broadcast_to(x, shape)
 
 

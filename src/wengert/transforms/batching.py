@@ -411,6 +411,12 @@ def vmap(f, in_axes=0, out_axes=0):
 
     @functools.wraps(f)
     def vmapped(*args):
+        if namespace.involves_dask(args):   # a NumPy function Dask lacks is refused, not computed
+            with namespace.refusing_eager_fallbacks(args):
+                return run(*args)
+        return run(*args)
+
+    def run(*args):
         if many:
             if len(fixed_axes) != len(args):
                 raise ValueError(f"vmap: in_axes has {len(in_axes)} entries for {len(args)} arguments")
@@ -468,7 +474,7 @@ def vmap(f, in_axes=0, out_axes=0):
         except NeedsLoop as e:   # a rule said so; any other error is a bug and surfaces
             reason = str(e)
         warnings.warn(f"vmap: {reason}; running {getattr(f, '__name__', 'f')} once per example "
-                      f"(a Python loop over {size})", stacklevel=2)
+                      f"(a Python loop over {size})", stacklevel=3)
         return _run_loop(f, flat, size, out_axes)
 
     # vmap of vmap(grad(g)) (per-example gradients over several batch axes) is recognized as one

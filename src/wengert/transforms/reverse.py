@@ -88,7 +88,10 @@ class _Recording:
     """The result of running ``f`` on traced inputs: everything the backward pass needs."""
 
     def __init__(self, f, args, argnums, has_aux, kwargs=None):
-        with collector_paused():
+        # the top-level arguments, checked for Dask arrays (leaves deeper in a pytree or in closures
+        # are not: docs/backends.md)
+        self.top = (*args, *(kwargs or {}).values())
+        with collector_paused(), namespace.refusing_eager_fallbacks(self.top):
             self._record(f, args, argnums, has_aux, kwargs or {})
 
     def _record(self, f, args, argnums, has_aux, kwargs):
@@ -135,7 +138,7 @@ class _Recording:
         """Input cotangents (a tuple over argnums of pytrees) for output cotangents ``out_cts``."""
         seeds = [(i, ct) for i, ct in zip(self.out_indices, out_cts) if i is not None and ct is not None]
         tape = self.trace.tape
-        with collector_paused():
+        with collector_paused(), namespace.refusing_eager_fallbacks(self.top):
             cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
         grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
         _give_away(grads, [*out_cts, *self.in_leaves],
