@@ -121,7 +121,7 @@ _TORCH_NAMES = {"absolute": "abs", "arctan2": "atan2", "remainder": "remainder",
                 "scipy.special.xlog1py": "special.xlog1py", "scipy.special.log_expit": "nn.functional.logsigmoid"}
 _DOMAIN = {"arccosh": (1.2, 1.8), "scipy.special.i0": (0.2, 0.8)}
 _INTEGER_ARGUMENTS = ("kn", "expn", "pdtri", "bdtr", "bdtrc", "bdtri", "nbdtr", "nbdtrc", "nbdtri", "eval_hermite",
-                      "eval_hermitenorm")
+                      "eval_hermitenorm", "legendre_p", "assoc_legendre_p", "sph_legendre_p", "sph_harm_y")
 _UNARY_SKIP = {"scipy.special.polygamma", "scipy.special.gamma", "scipy.special.rgamma",
                *(f"scipy.special.{n}" for n in ("ivp", "jvp", "kvp", "yvp", "h1vp", "h2vp", "spherical_bessel",
                                                 "lambertw")),

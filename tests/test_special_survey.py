@@ -94,6 +94,9 @@ CASES = {
     # the incomplete gamma and beta functions in their shape parameters too (central differences)
     "gammainc": ((u(0.3, 4), X), (0, 1)), "gammaincc": ((u(0.3, 4), X), (0, 1)),
     "betainc": ((u(0.3, 4), u(0.3, 4), P), (0, 1, 2)),
+    # SciPy 1.15's Legendre functions and spherical harmonics (derivatives from SciPy's diff_n)
+    "legendre_p": ((3, u(-0.9, 0.9)), (1,)), "assoc_legendre_p": ((3, 1, u(-0.9, 0.9)), (2,)),
+    "sph_legendre_p": ((3, 2, u(0.2, 2.9)), (2,)), "sph_harm_y": ((3, 1, u(0.2, 2.9), u(-3, 3)), (2, 3)),
     "airye": ((u(0.2, 2.0),), (0,)), "modfresnelp": ((u(0.2, 2.0),), (0,)), "modfresnelm": ((u(0.2, 2.0),), (0,)),
 }
 
@@ -148,6 +151,8 @@ def test_surveyed_function_under_vmap(name):
         batched = wg.vmap(f, in_axes=axes)(*args)
         grads = wg.vmap(wg.grad(loss, argnums=diff), in_axes=axes)(*args)
     for got, want in zip(*(((batched,), (f(*args),)) if not isinstance(batched, tuple) else (batched, f(*args)))):
+        if np.shape(got) != np.shape(want):   # SciPy's Legendre functions put their derivatives first
+            want = np.moveaxis(want, -1, 0)
         np.testing.assert_allclose(got, want, rtol=1e-12)
     for i in range(size):
         looped = wg.grad(loss, argnums=diff)(*example(i))
@@ -190,6 +195,22 @@ def test_shape_parameter_derivatives_against_mpmath():
         for which, orders in (("a", (1, 0)), ("b", (0, 1)), ("aa", (2, 0)), ("ab", (1, 1)), ("bb", (0, 2))):
             np.testing.assert_allclose(ws._beta_partial(a, b, x, which), float(mp.diff(i, (A, B), orders)),
                                        rtol=1e-9 if len(which) == 1 else 1e-7, err_msg=f"{which} at {a, b, q}")
+
+
+@pytest.mark.skipif(not hasattr(sc, "sph_harm_y"), reason="SciPy 1.15's Legendre functions")
+def test_legendre_and_harmonics_with_their_derivatives_and_refusals():
+    """diff_n outputs on traced values are SciPy's layout, each entry differentiable once more; a
+    third derivative is refused (SciPy's diff_n stops at 2)."""
+    z, theta, phi = np.array([0.3, -0.5]), np.array([0.4, 1.1]), np.array([0.2, -1.0])
+    out = wg.vjp(lambda z: ws.assoc_legendre_p(3, 1, z, norm=True, diff_n=2), z)[0]
+    np.testing.assert_allclose(out, sc.assoc_legendre_p(3, 1, z, norm=True, diff_n=2), rtol=1e-12)
+    wg.check_grads(lambda z: ws.legendre_p(4, z, diff_n=1)[1], (z,), order=1, modes=FWD_REV)
+    value, grad, hess = wg.vjp(lambda t, p: ws.sph_harm_y(2, 1, t, p, diff_n=2), theta, phi)[0]
+    for got, want in zip((value, grad, hess), sc.sph_harm_y(2, 1, theta, phi, diff_n=2)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    wg.check_grads(lambda t, p: ws.sph_harm_y(2, 1, t, p, diff_n=1)[1], (theta, phi), order=1, modes=FWD_REV)
+    with pytest.raises(wg.NoDerivativeError, match="diff_n <= 2"):
+        wg.check_grads(lambda z: ws.legendre_p(4, z), (z,), order=3)
 
 
 def test_diric_near_its_poles_is_exact():

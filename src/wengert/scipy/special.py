@@ -1125,6 +1125,115 @@ __all__ += ["elliprf", "elliprd", "elliprg", "elliprj", "elliprc", "agm", "besse
             "modfresnelm"]
 
 
+# SciPy 1.15's Legendre functions and spherical harmonics compute their own derivatives in the
+# variable (``diff_n`` up to 2): the value's rule is the next derivative, so they differentiate to
+# second order; a third derivative raises. Degrees and orders are integers (refused).
+def _variable_derivative(fn, name, arity):
+    """One primitive ``prim(*integers, variable, order=k, **options)``: SciPy's ``k``-th derivative."""
+    def impl(*args, order, **options):
+        return fn(*args, diff_n=order, **options)[order]
+
+    def next_derivative(i, args, order, options):
+        if i < arity - 1:
+            raise NoDerivativeError(f"the derivative of scipy.special.{name} in an integer degree or order")
+        if order >= 2:
+            raise NoDerivativeError(f"scipy.special.{name}", f"scipy.special.{name}: SciPy computes derivatives "
+                                    "up to the second (diff_n <= 2), so a third is not available")
+        return prim(*args, order=order + 1, **options)
+
+    def vjp(i):
+        return lambda g, ans, *args, order, **options: unbroadcast(
+            g * next_derivative(i, args, order, options), args[-1].shape)
+
+    def jvp(i):
+        return lambda t, ans, *args, order, **options: t * next_derivative(i, args, order, options)
+
+    prim = defprim(impl, tuple(vjp(i) for i in range(arity)), jvp=tuple(jvp(i) for i in range(arity)),
+                   name=f"scipy.special.{name}", batch=batch_elementwise, batched_vjp=True)
+    return prim
+
+
+def _with_derivatives(prim, args, diff_n, **options):
+    """SciPy's layout: the value and its ``diff_n`` derivatives stacked on a leading axis."""
+    return F.stack([prim(*args, order=k, **options) for k in range(diff_n + 1)])
+
+
+_legendre_p = _variable_derivative(sc.legendre_p, "legendre_p", 2)
+_assoc_legendre_p = _variable_derivative(sc.assoc_legendre_p, "assoc_legendre_p", 3)
+_sph_legendre_p = _variable_derivative(sc.sph_legendre_p, "sph_legendre_p", 3)
+
+
+def legendre_p(n, z, *, diff_n=0):
+    """``scipy.special.legendre_p``: differentiable in ``z`` (to second order)."""
+    if type(n) is not Tracer and type(z) is not Tracer:
+        return sc.legendre_p(n, z, diff_n=diff_n)
+    return _with_derivatives(_legendre_p, (n, z), diff_n)
+
+
+def assoc_legendre_p(n, m, z, *, branch_cut=2, norm=False, diff_n=0):
+    """``scipy.special.assoc_legendre_p``: differentiable in ``z`` (to second order)."""
+    if not any(type(a) is Tracer for a in (n, m, z)):
+        return sc.assoc_legendre_p(n, m, z, branch_cut=branch_cut, norm=norm, diff_n=diff_n)
+    return _with_derivatives(_assoc_legendre_p, (n, m, z), diff_n, branch_cut=branch_cut, norm=norm)
+
+
+def sph_legendre_p(n, m, theta, *, diff_n=0):
+    """``scipy.special.sph_legendre_p``: differentiable in ``theta`` (to second order)."""
+    if not any(type(a) is Tracer for a in (n, m, theta)):
+        return sc.sph_legendre_p(n, m, theta, diff_n=diff_n)
+    return _with_derivatives(_sph_legendre_p, (n, m, theta), diff_n)
+
+
+# sph_harm_y(n, m, theta, phi): SciPy's derivatives come as a gradient (theta, phi) and a Hessian on
+# trailing axes; ``index`` names the entry: () the value, (i,) a first derivative, (i, j) a second
+def _harmonic_impl(n, m, theta, phi, index):
+    out = sc.sph_harm_y(n, m, theta, phi, diff_n=len(index))
+    if not index:
+        return out if not isinstance(out, tuple) else out[0]
+    return out[len(index)][(Ellipsis,) + index]
+
+
+def _harmonic_rule(variable):
+    def step(index):
+        if len(index) >= 2:
+            raise NoDerivativeError("scipy.special.sph_harm_y", "scipy.special.sph_harm_y: SciPy computes "
+                                    "derivatives up to the second (diff_n <= 2), so a third is not available")
+        return tuple(sorted(index + (variable,)))
+
+    def vjp(g, ans, n, m, theta, phi, index):
+        return unbroadcast(g * _harmonic(n, m, theta, phi, index=step(index)), (theta, phi)[variable].shape)
+
+    def jvp(t, ans, n, m, theta, phi, index):
+        return t * _harmonic(n, m, theta, phi, index=step(index))
+    return vjp, jvp
+
+
+_integer_refusal = _no_derivative("sph_harm_y", "the derivative of scipy.special.sph_harm_y in an integer degree "
+                                  "or order has no meaning")
+_harmonic = defprim(_harmonic_impl, (_integer_refusal, _integer_refusal, _harmonic_rule(0)[0], _harmonic_rule(1)[0]),
+                    jvp=(_integer_refusal, _integer_refusal, _harmonic_rule(0)[1], _harmonic_rule(1)[1]),
+                    name="scipy.special.sph_harm_y", batch=batch_elementwise, batched_vjp=True)
+
+
+def sph_harm_y(n, m, theta, phi, *, diff_n=0):
+    """``scipy.special.sph_harm_y``: differentiable in ``theta`` and ``phi`` (to second order); with
+    ``diff_n`` the gradient and Hessian come as SciPy lays them out."""
+    if not any(type(a) is Tracer for a in (n, m, theta, phi)):
+        return sc.sph_harm_y(n, m, theta, phi, diff_n=diff_n)
+    value = _harmonic(n, m, theta, phi, index=())
+    if diff_n == 0:
+        return value
+    grad = F.stack([_harmonic(n, m, theta, phi, index=(i,)) for i in (0, 1)], axis=-1)
+    if diff_n == 1:
+        return value, grad
+    hess = F.stack([F.stack([_harmonic(n, m, theta, phi, index=tuple(sorted((i, j)))) for j in (0, 1)], axis=-1)
+                    for i in (0, 1)], axis=-2)
+    return value, grad, hess
+
+
+__all__ += ["legendre_p", "assoc_legendre_p", "sph_legendre_p", "sph_harm_y"]
+
+
 # --- the names of scipy.special that are not differentiable here, and why -----------------------
 NOT_DIFFERENTIABLE = {}
 
@@ -1168,11 +1277,9 @@ _explain("Mathieu, spheroidal and parabolic cylinder functions: derivatives in t
 _explain("returns the values for all orders up to n at once: not yet differentiable",
          "lqn lqmn riccati_jn riccati_yn assoc_legendre_p_all legendre_p_all sph_harm_y_all "
          "sph_legendre_p_all lmbda")
-_explain("not yet: a closed-form derivative exists but is not written (Lame's ellipsoidal harmonics, "
-         "SciPy 1.15's Legendre and spherical harmonics with their diff_n outputs, the noncentral F and t "
-         "distributions)",
-         "ellip_harm ellip_harm_2 ellip_normal assoc_legendre_p legendre_p sph_legendre_p sph_harm_y "
-         "ncfdtr ncfdtri nctdtr nctdtrit")
+_explain("not yet: a closed-form derivative exists but is not written (Lame's ellipsoidal harmonics "
+         "in s; the noncentral F and t distributions, whose densities are series)",
+         "ellip_harm ellip_harm_2 ellip_normal ncfdtr ncfdtri nctdtr nctdtrit")
 _explain("NumPy's sinc, which SciPy re-exports: use wengert.numpy.sinc", "sinc")
 
 # the integer-valued and piecewise constant ones pass values through (no gradient), as NumPy's
