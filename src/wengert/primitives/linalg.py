@@ -34,6 +34,8 @@ Three conventions, each chosen to give the derivative of exactly the function Nu
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..core.errors import BackendError
@@ -55,13 +57,42 @@ def _shape(x):
 
 def _mT(x):
     """Swap the last two axes (the matrix transpose of every matrix in a stack)."""
+    if type(x) is np.ndarray:
+        return x.swapaxes(-1, -2)   # what the transpose primitive would find to do
     axes = list(range(len(_shape(x))))
     axes[-1], axes[-2] = axes[-2], axes[-1]
     return transpose(x, axes=tuple(axes))
 
 
+def _plain(*values):
+    """No tracer among ``values``: a rule may then compute with NumPy directly, as the primitives it
+    is written with would after finding no tracer, without a call through each (on 4x4 matrices
+    those calls cost more than the arithmetic). A traced value (higher order, vmap, jit) takes the
+    rule as written."""
+    for v in values:
+        if type(v) is Tracer:
+            return False
+    return True
+
+
 def _is_complex(x):
+    if type(x) is np.ndarray:
+        return x.dtype.kind == "c"
     return np.iscomplexobj(unbox(x))
+
+
+@functools.lru_cache(maxsize=None)
+def _eye(n, dtype=bool):
+    """``np.eye(n, dtype=dtype)``, made once per size and dtype (read-only): the rules' masks and
+    identities, which on small matrices cost more to build than the arithmetic they take part in."""
+    eye = np.eye(n, dtype=dtype)
+    eye.setflags(write=False)
+    return eye
+
+
+@functools.lru_cache(maxsize=None)
+def _eps(dtype):
+    return np.finfo(dtype).eps
 
 
 def _mH(x):
@@ -81,17 +112,20 @@ def _row(v):
 
 
 def _diag(v):
-    return _col(v) * np.eye(_shape(v)[-1], dtype=unbox(v).dtype)
+    return _col(v) * _eye(_shape(v)[-1], unbox(v).dtype)
 
 
 def _diag_part(m):
     """``diagonal(m)`` of every matrix in a stack, as a masked sum (any stack, batched or not)."""
-    return sum_(m * np.eye(_shape(m)[-1], dtype=bool), axis=-1)
+    return sum_(m * _eye(_shape(m)[-1]), axis=-1)
 
 
+@functools.lru_cache(maxsize=None)
 def _strict_lower(n, lower=True):
     mask = np.tri(n, k=-1, dtype=bool)
-    return mask if lower else mask.T
+    mask = mask if lower else mask.T.copy()
+    mask.setflags(write=False)
+    return mask
 
 
 def _fold(a_bar, lower=True):
@@ -99,8 +133,8 @@ def _fold(a_bar, lower=True):
     complex (Hermitian) ones: the mirror entry conjugated, the real part of the diagonal."""
     n = _shape(a_bar)[-1]
     if _is_complex(a_bar):
-        return where(_strict_lower(n, lower), a_bar + conj(_mT(a_bar)), where(np.eye(n, dtype=bool), real(a_bar), 0.0))
-    return where(_strict_lower(n, lower), a_bar + _mT(a_bar), where(np.eye(n, dtype=bool), a_bar, 0.0))
+        return where(_strict_lower(n, lower), a_bar + conj(_mT(a_bar)), where(_eye(n), real(a_bar), 0.0))
+    return where(_strict_lower(n, lower), a_bar + _mT(a_bar), where(_eye(n), a_bar, 0.0))
 
 
 def _symmetric_from(x, lower=True):
@@ -108,7 +142,7 @@ def _symmetric_from(x, lower=True):
     complex ``x`` the Hermitian one (the mirror conjugated, the diagonal's imaginary part ignored)."""
     n = _shape(x)[-1]
     if _is_complex(x):
-        return where(_strict_lower(n, not lower), conj(_mT(x)), where(np.eye(n, dtype=bool), real(x), x))
+        return where(_strict_lower(n, not lower), conj(_mT(x)), where(_eye(n), real(x), x))
     return where(_strict_lower(n, not lower), _mT(x), x)
 
 
@@ -117,13 +151,15 @@ def _inverse_gaps(w):
     gaps = _row(w) - _col(w)
     c = constant(w)
     if type(c) is Tracer and _shape(c)[-1]:  # batched by vmap: each example's own tolerance
-        scale = _shape(c)[-1] * np.finfo(unbox(c).dtype).eps
+        scale = _shape(c)[-1] * _eps(unbox(c).dtype)
         tol = _col(scale * max_(absolute(c), axis=-1, keepdims=True))
         tied = _within(constant(gaps), tol)
     else:
         plain = unbox(w)
-        tol = plain.shape[-1] * np.finfo(plain.dtype).eps * np.max(np.abs(plain), axis=-1, initial=0)
+        tol = plain.shape[-1] * _eps(plain.dtype) * np.abs(plain).max(axis=-1, initial=0)
         tied = np.abs(unbox(gaps)) <= tol[..., None, None]
+        if type(gaps) is np.ndarray:   # plain: NumPy's where, as the primitive would find to do
+            return np.where(tied, 0.0, 1.0 / np.where(tied, 1.0, gaps))
     return where(tied, 0.0, 1.0 / where(tied, 1.0, gaps))
 
 
@@ -166,6 +202,9 @@ def stacked_batch(prim, vals, batched, params, size):
 
 # --- inverse, solve, determinants ------------------------------------------------------------------
 def _inv_vjp(g, ans, x):
+    if _plain(g, ans):
+        ans_t = _mT(ans)
+        return -(ans_t @ (g @ ans_t))
     ans_t = _mT(ans)
     return -matmul(ans_t, matmul(g, ans_t))
 
@@ -214,9 +253,23 @@ def _pad_batched(x, rank):
     return x if missing <= 0 else reshape(x, shape=shape[:1] + (1,) * missing + shape[1:])
 
 
+def _solve_transposed(a, g):
+    """``solve(a^T, g)``: the cotangent of the right-hand side."""
+    if _plain(a, g):
+        return _solve(_mT(a), g)
+    return solve(_mT(a), g)
+
+
+def _solve_vjp_a(g, ans, a, b):
+    rhs = _solve_transposed(a, g)
+    if _plain(rhs, ans):
+        return unbroadcast(-(rhs @ _mT(ans)), a)
+    return unbroadcast(-matmul(rhs, _mT(ans)), a)
+
+
 solve = defprim(_solve, (
-    lambda g, ans, a, b: unbroadcast(-matmul(solve(_mT(a), g), _mT(ans)), a),
-    lambda g, ans, a, b: unbroadcast(solve(_mT(a), g), b)), name="solve",
+    _solve_vjp_a,
+    lambda g, ans, a, b: unbroadcast(_solve_transposed(a, g), b)), name="solve",
     fused_jvp=_solve_jvp, batch=one_batch_axis(_solve_batch), batched_vjp=True)
 
 
@@ -224,7 +277,7 @@ def _cofactors(x):
     """adj(x)^T = det(U V^T) U diag(product of the other singular values) V^T, singular x included."""
     u, s, vt = svd(x, full_matrices=False)
     n = _shape(s)[-1]
-    others = prod(where(np.eye(n, dtype=bool), 1.0, _row(s)), axis=(len(_shape(s)),), keepdims=False)
+    others = prod(where(_eye(n), 1.0, _row(s)), axis=(len(_shape(s)),), keepdims=False)
     sign = _sign(det(constant(u)) * det(constant(vt)))  # per example under vmap
     return _col(_col(sign)) * matmul(u * _row(others), vt)
 
@@ -235,12 +288,12 @@ def _det_inverse(x):
     if staged(x):  # under jit the program meets every x: the cofactors, right for all of them
         return None
     try:
-        x_inv = inv(x)
+        x_inv = np.linalg.inv(x) if _plain(x) else inv(x)
     except np.linalg.LinAlgError:
         return None
     plain, plain_inv = unbox(x), unbox(x_inv)
     cond = np.abs(plain).sum(axis=-2).max(axis=-1) * np.abs(plain_inv).sum(axis=-2).max(axis=-1)
-    return x_inv if np.all(cond < 1 / np.sqrt(np.finfo(plain.dtype).eps)) else None
+    return x_inv if (cond < 1 / np.sqrt(_eps(plain.dtype))).all() else None
 
 
 def _det_vjp(g, ans, x):
@@ -248,6 +301,8 @@ def _det_vjp(g, ans, x):
     x_inv = _det_inverse(x)
     if x_inv is None:
         return _col(_col(g)) * _cofactors(x)
+    if _plain(g, ans, x_inv):
+        return np.asarray(g * ans)[..., None, None] * _mT(x_inv)
     return _col(_col(g * ans)) * _mT(x_inv)
 
 
@@ -268,6 +323,8 @@ def _slogdet_vjp(g, ans, x):
     """The sign of a real matrix is piecewise constant; a complex one turns by i Im tr(x^-1 dx)."""
     g_sign, g_log = g
     if not _is_complex(x):
+        if _plain(g_log, x):
+            return np.asarray(g_log)[..., None, None] * _mT(np.linalg.inv(x))
         return _col(_col(g_log)) * _mT(inv(x))
     weight = real(g_log) if _is_complex(g_log) else g_log  # log|det| is real: Re of its cotangent
     if type(g_sign) is Tracer or np.any(unbox(g_sign)):
@@ -304,7 +361,7 @@ def _cholesky_vjp(g, ans, x, upper=False):
     low, g = (_mH(ans), _mH(g)) if upper else (ans, g)
     n = _shape(low)[-1]
     product = matmul(_mT(low), g)
-    phi = where(_strict_lower(n), product, where(np.eye(n, dtype=bool), 0.5 * product, 0.0))
+    phi = where(_strict_lower(n), product, where(_eye(n), 0.5 * product, 0.0))
     low_inv = inv(low)
     right = conj(low_inv) if _is_complex(low_inv) else low_inv
     return _fold(matmul(_mT(low_inv), matmul(phi, right)), lower=not upper)
@@ -316,7 +373,7 @@ def _cholesky_jvp(t, ans, x, upper=False):
     n = _shape(low)[-1]
     low_inv = inv(low)
     inner = matmul(low_inv, matmul(_symmetric_from(t, lower=not upper), _mH(low_inv)))
-    phi = np.tri(n, k=-1, dtype=unbox(ans).dtype) + 0.5 * np.eye(n, dtype=unbox(ans).dtype)
+    phi = np.tri(n, k=-1, dtype=unbox(ans).dtype) + 0.5 * _eye(n, unbox(ans).dtype)
     d_low = matmul(low, inner * phi)
     return _mH(d_low) if upper else d_low
 
@@ -571,7 +628,7 @@ def _qr_tall_vjp(q, r, gq, gr, h):
     m_ = matmul(r, h(gr)) - matmul(h(gq), q)
     k = _shape(r)[-1]
     if h is _mH:
-        m_ = where(np.eye(k, dtype=bool), real(m_), m_)
+        m_ = where(_eye(k), real(m_), m_)
     copyltu = where(_strict_lower(k, lower=False), h(m_), m_)
     return h(solve(r, h(gq + matmul(q, copyltu))))
 
@@ -755,7 +812,7 @@ def _lstsq_columns(a, b, rcond, size):
 
 def _lstsq_cutoff(a, rcond):
     """lstsq's rcond: singular values up to it times the largest count as zero (LAPACK's gelsd)."""
-    eps = np.finfo(unbox(a).dtype).eps
+    eps = _eps(unbox(a).dtype)
     return max(_shape(a)[-2:]) * eps if rcond is None else (rcond if rcond >= 0 else eps)
 
 
