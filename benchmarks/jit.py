@@ -23,13 +23,16 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# run first: importing it makes the BLAS single-threaded, as in every benchmark here, before NumPy
+# loads it (a 2-thread BLAS on a loaded machine inflated W3 batch 128's matmuls about 50x)
+from run import compare, fmt_time, measure, table  # noqa: E402,I001
+
+import numpy as np  # noqa: E402
 
 import peers  # noqa: E402
 import workloads  # noqa: E402
-from run import compare, fmt_time, measure, table  # noqa: E402
 
 import wengert as wg  # noqa: E402
 import wengert.numpy as wnp  # noqa: E402
@@ -99,15 +102,27 @@ def _w1_loop_first_call(N, W, R, B):
     a = rng.random((W, R, B), dtype=np.float32)
     b = rng.random((W, N, B), dtype=np.float32)
     wts = rng.standard_normal((N, R, B)).astype(np.float32)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _peak_rss_mb()
     jitted = wg.jit(wg.value_and_grad(code, argnums=(0, 1)))
     t0 = time.perf_counter()
     jitted(a, b, wts)
     first = time.perf_counter() - t0
     lowered = jitted.lower(a, b, wts)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"first": first, "traced": lowered.eqns_traced, "kept": lowered.eqns, "timings": lowered.timings,
-            "peak_mb": peak / 1024, "start_mb": before / 1024}
+            "peak_mb": _peak_rss_mb(), "start_mb": before}
+
+
+def _peak_rss_mb():
+    """This process's peak resident memory. Linux's VmHWM belongs to the process's own memory map;
+    ru_maxrss would carry the parent's peak over into a child started after a large row."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _in_fresh_process(N, W, R, B):
