@@ -163,6 +163,16 @@ def test_vjp_jvp_and_vmap(backend):
     _close(backend, row_grads, wg.vmap(wg.grad(lambda r: wnp.sum(wnp.sin(r) * r)))(X))
 
 
+def test_jit_refuses_backend_arguments(backend):
+    """jit stages NumPy arrays only; another library's array is refused by name, also under grad."""
+    f = lambda x: wnp.sum(wnp.sin(x) * x[0])
+    x = backend.put(X)
+    with pytest.raises(TypeError, match="jit: an argument is a"):
+        wg.jit(f)(x)
+    with pytest.raises(TypeError, match="jit: an argument is a"):
+        wg.grad(wg.jit(f))(x)
+
+
 def test_unused_input_and_second_order(backend):
     """Zeros for an input the output does not read, in the backend's namespace; a gradient of a
     gradient (the backward pass recorded by an outer one)."""

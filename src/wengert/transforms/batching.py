@@ -411,10 +411,8 @@ def vmap(f, in_axes=0, out_axes=0):
 
     @functools.wraps(f)
     def vmapped(*args):
-        if namespace.involves_dask(args):   # a NumPy function Dask lacks is refused, not computed
-            with namespace.refusing_eager_fallbacks(args):
-                return run(*args)
-        return run(*args)
+        with namespace.dask_guard(args):   # a NumPy function Dask lacks is refused, not computed
+            return run(*args)
 
     def run(*args):
         if many:

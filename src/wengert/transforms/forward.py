@@ -263,7 +263,7 @@ def jvp(f, primals, tangents):
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("jvp: primals and tangents must be tuples (or lists) of the arguments")
     p_leaves, t_leaves, p_def = _check_tangents(primals, tangents, f)
-    with namespace.refusing_eager_fallbacks(p_leaves):
+    with namespace.dask_guard(p_leaves):
         return _jvp_leaves(f, p_leaves, t_leaves, lambda leaves: tree.unflatten(p_def, leaves))
 
 

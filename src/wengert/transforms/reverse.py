@@ -91,7 +91,7 @@ class _Recording:
         # the top-level arguments, checked for Dask arrays (leaves deeper in a pytree or in closures
         # are not: docs/backends.md)
         self.top = (*args, *(kwargs or {}).values())
-        with collector_paused(), namespace.refusing_eager_fallbacks(self.top):
+        with collector_paused(), namespace.dask_guard(self.top):
             self._record(f, args, argnums, has_aux, kwargs or {})
 
     def _record(self, f, args, argnums, has_aux, kwargs):
@@ -138,7 +138,7 @@ class _Recording:
         """Input cotangents (a tuple over argnums of pytrees) for output cotangents ``out_cts``."""
         seeds = [(i, ct) for i, ct in zip(self.out_indices, out_cts) if i is not None and ct is not None]
         tape = self.trace.tape
-        with collector_paused(), namespace.refusing_eager_fallbacks(self.top):
+        with collector_paused(), namespace.dask_guard(self.top):
             cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
         grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
         _give_away(grads, [*out_cts, *self.in_leaves],
