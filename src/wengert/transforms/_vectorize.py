@@ -46,7 +46,7 @@ from ..primitives.elementwise import add
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
 from ..primitives.shape import getitem, index_add, reshape, stack, transpose
-from ._ir import Eqn, Program, Var, dce, fold_indexed_adds, substitute
+from ._ir import Eqn, Program, Var, _InPlace, dce, fold_indexed_adds, substitute
 
 MIN_GROUP = 8  # smaller classes stay as they are: a batched call and its gathers cost about what a few small calls do
 
@@ -311,8 +311,52 @@ def _one_scatter(eqns, chain, links, fresh):
         return None
     shape = target[:lane] + (len(values),) + target[lane:]
     stacked = fresh(shape, values[0].dtype)
+    if prim is index_add and regular is None:
+        return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
+                _eqn(SCATTER_ADD, (base, stacked), _segments(index, positions, columns, base.shape, lane),
+                     last.outs, source)]
     return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
             _eqn(prim, (base, stacked), {"index": index}, last.outs, source)]
+
+
+def _scatter_add(base, values, index, lane, order, starts):
+    out = np.array(base, copy=True)
+    if order is not None:
+        rows = np.moveaxis(values, lane, 0)[order]  # the lanes in front, sorted by position
+        if type(starts) is int:  # each position repeated ``starts`` times
+            rows = rows.reshape((-1, starts) + rows.shape[1:]).sum(axis=1)
+        else:
+            rows = np.add.reduceat(rows, starts, axis=0)
+        values = np.moveaxis(rows, 0, lane)
+    out[index] += values
+    return out
+
+
+# ``base`` with ``values`` added at index arrays: the values of a repeated position are summed first
+# (sorted by position, one reduceat), then one fancy-index add. np.add.at, which index_add uses for
+# index arrays, takes milliseconds for the few thousand columns of a loop's cotangents.
+SCATTER_ADD = _InPlace("scatter_add", _scatter_add)
+
+
+def _segments(index, positions, columns, shape, lane):
+    """The parameters of SCATTER_ADD: the index with each position once, and how to sum the rest."""
+    dims = [shape[a] for a in positions]
+    flat = np.ravel_multi_index(columns, dims)
+    unique, inverse = np.unique(flat, return_inverse=True)
+
+    def index_of(cols):
+        out = list(index)
+        for a, col in zip(positions, cols):
+            out[a] = np.asarray(col, np.intp)
+        return tuple(out)
+
+    if len(unique) == len(flat):
+        return {"index": index_of(columns), "lane": lane, "order": None, "starts": None}
+    order = np.argsort(inverse, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(inverse[order]) != 0])
+    if len(flat) % len(unique) == 0 and np.array_equal(starts, np.arange(0, len(flat), len(flat) // len(unique))):
+        starts = len(flat) // len(unique)  # equal repeats: a reshape and a sum (reduceat is slow)
+    return {"index": index_of(np.unravel_index(unique, dims)), "lane": lane, "order": order, "starts": starts}
 
 
 # --- 2. signatures, and flattened sums ------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""wg.jit's vectorizing pass on the seeds' per-column loops, in every spelling users write.
+
+Usage:  PYTHONPATH=src python benchmarks/vectorize.py [--quick] [--only W1 W2] [--sixteen all|loop|none]
+                                                       [--unvectorized]
+
+One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cosine loop, W2 = seed
+001's colwise attention, each with its results in a Buffer, written in place into a traced array,
+or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
+``np.inner``). Medians of one run, measured round-robin (timing.interleaved_medians):
+
+* ``jit`` = ``wg.jit(wg.value_and_grad(f))`` with the pass (the default), checked against ``hand``;
+* ``hand`` = the hand-vectorized NumPy value and gradient (workloads.py), the target: within 1.5x;
+* ``fwd`` = the loop itself on plain NumPy arrays, forward only: the pass should beat it;
+* ``novec`` (``--unvectorized``, seed-size ``loop`` rows) = the same jit with ``vectorize=False``;
+* ``first`` = the first call (trace, passes, code generation, compile): the target is under 10 s;
+* ``traced -> pass -> kept`` = equations staged, entering the vectorizing pass, in the program run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import peers  # noqa: E402
+import workloads  # noqa: E402
+from run import compare, fmt_time, table  # noqa: E402
+from timing import interleaved_medians  # noqa: E402
+
+import wengert as wg  # noqa: E402
+import wengert.numpy as wnp  # noqa: E402
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def loop_rows(quick, only, sixteen):
+    rows = []
+    for row in workloads.w1_rows(quick) + workloads.w2_rows(quick):
+        if only and row.workload not in only:
+            continue
+        if row.formulation in ("vectorized", "vmap", "glued", "diagmatmul"):
+            continue  # not loops
+        if row.workload == "W1" and row.size.startswith("16x"):
+            if sixteen == "none" or (sixteen == "loop" and row.formulation != "loop"):
+                continue
+        rows.append(row)
+    # the spellings at 16x (workloads.py lists them at the seed size only)
+    if sixteen == "all" and (not only or "W1" in only):
+        big = [r for r in rows if r.workload == "W1" and r.size.startswith("16x")][:1]
+        for r in big:
+            for c in workloads.CONTAINERS:
+                for d in workloads.DOT_SPELLINGS:
+                    rows.append(workloads.Row("W1", r.size, workloads.spelling_name(c, d), workloads.w1_spellings_code,
+                                              r.hand, r.args, r.argnums, loop_iterations=r.loop_iterations,
+                                              spelling=(c, d)))
+    return rows
+
+
+def bench(row, repeat, unvectorized):
+    fn = row.code(wnp, wg.Buffer)[row.formulation]
+    step = wg.jit(wg.value_and_grad(fn, argnums=row.argnums))
+    hand_args = row.hand_args or row.args
+    t0 = time.perf_counter()
+    try:
+        value, grads = step(*row.args)
+    except wg.InPlaceWriteError as e:
+        return {"row": row, "skipped": f"jit(value_and_grad) refuses it: {str(e)[:90]}"}
+    first = time.perf_counter() - t0
+    ref_value, ref_grads = row.hand(*hand_args)
+    problem = compare(float(value), peers.leaves(grads), float(ref_value), peers.leaves(ref_grads))
+    if problem:
+        raise AssertionError(f"{row.name}: the vectorized program disagrees with the hand-written gradient: {problem}")
+    lowered = step.lower(*row.args)
+    cases = {"jit": lambda: step(*row.args), "hand": lambda: row.hand(*hand_args), "fwd": lambda: fn(*row.args)}
+    result = {"row": row, "first": first, "traced": lowered.eqns_traced, "kept": lowered.eqns,
+              "pass": lowered.vectorized.get("before"), "timings": lowered.timings}
+    if unvectorized:
+        plain = wg.jit(wg.value_and_grad(fn, argnums=row.argnums), vectorize=False)
+        t0 = time.perf_counter()
+        plain(*row.args)
+        result["novec_first"] = time.perf_counter() - t0
+        result["novec_kept"] = plain.lower(*row.args).eqns
+        cases["novec"] = lambda: plain(*row.args)
+    result["times"] = interleaved_medians(cases, repeat)
+    return result
+
+
+def report(results):
+    headers = ["row", "traced -> pass -> kept", "jit", "hand", "fwd", "novec", "jit/hand", "jit/fwd", "novec/jit",
+               "first (trace+passes)"]
+    lines, notes = [], []
+    for r in results:
+        if "skipped" in r:
+            notes.append(f"  {r['row'].name}: skipped, {r['skipped']}")
+            continue
+        t = r["times"]
+        tm = r["timings"]
+        lines.append([r["row"].name, f"{r['traced']} -> {r['pass']} -> {r['kept']}", fmt_time(t["jit"]),
+                      fmt_time(t["hand"]), fmt_time(t["fwd"]), fmt_time(t.get("novec")), _ratio(t["jit"], t["hand"]),
+                      _ratio(t["jit"], t["fwd"]), _ratio(t.get("novec"), t["jit"]),
+                      f"{fmt_time(r['first'])} ({fmt_time(tm['trace'])}+{fmt_time(tm['optimize'])})"])
+        if "novec_first" in r:
+            notes.append(f"  {r['row'].name}: vectorize=False keeps {r['novec_kept']} equations, "
+                         f"first call {fmt_time(r['novec_first'])}")
+    print(table(headers, lines))
+    for n in notes:
+        print(n)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes, few samples (a smoke test)")
+    p.add_argument("--only", nargs="*", help="workloads: W1, W2")
+    p.add_argument("--sixteen", choices=("all", "loop", "none"), default="loop",
+                   help="W1 at 16x the seed batch: every spelling, the seed's own loop, or none")
+    p.add_argument("--unvectorized", action="store_true",
+                   help="also time vectorize=False on the seed-size 'loop' rows (tens of seconds to stage)")
+    p.add_argument("--repeat", type=int, default=31)
+    args = p.parse_args(argv)
+    print(f"numpy {np.__version__}; medians of {args.repeat}, measured round-robin")
+    results = []
+    for row in loop_rows(args.quick, args.only, args.sixteen):
+        unvec = args.unvectorized and row.formulation == "loop" and not row.size.startswith("16x")
+        results.append(bench(row, 3 if args.quick else args.repeat, unvec))
+        print(f"  done: {row.name}", file=sys.stderr, flush=True)
+    report(results)
+
+
+if __name__ == "__main__":
+    main()
