@@ -171,18 +171,28 @@ def _is_zero(x):
     return type(x) is not Var and np.ndim(x) == 0 and np.asarray(x) == 0
 
 
+def _uses_of(eqns, outputs, wanted):
+    """How often each variable in ``wanted`` (ids) is used (an output counts twice), and its last user."""
+    count, user = {}, {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.uses:
+            i = v.id
+            if i in wanted:
+                count[i] = count.get(i, 0) + 1
+                user[i] = k
+    for v in outputs:
+        if type(v) is Var and v.id in wanted:
+            count[v.id] = count.get(v.id, 0) + 2
+    return count, user
+
+
 def _set_after_zero(eqns, outputs):
     """``index_add(scatter_set(s, 0, i), v, i)`` is ``scatter_set(s, v, i)``: the backward pass of a
     Buffer read after a write (zero the written block, add the read's cotangent) as one write."""
-    count, made = {}, {}
-    for k, eqn in enumerate(eqns):
-        for v in eqn.uses:
-            count[v.id] = count.get(v.id, 0) + 1
-        for o in eqn.outs:
-            made[o.id] = k
-    for v in outputs:
-        if type(v) is Var:
-            count[v.id] = count.get(v.id, 0) + 2
+    made = {eqn.outs[0].id: k for k, eqn in enumerate(eqns) if eqn.prim is scatter_set and _is_zero(eqn.args[1])}
+    if not made:
+        return eqns
+    count, _ = _uses_of(eqns, outputs, made)
     out, dropped = list(eqns), set()
     for k, eqn in enumerate(eqns):
         if eqn.prim is not index_add or type(eqn.args[0]) is not Var or count.get(eqn.args[0].id) != 1:
@@ -201,17 +211,22 @@ def _set_after_zero(eqns, outputs):
 
 def _collapse_writes(eqns, outputs, fresh):
     eqns = _set_after_zero(eqns, outputs)
-    users = {}
-    for k, eqn in enumerate(eqns):
-        for v in eqn.uses:
-            users.setdefault(v.id, []).append(k)
     out_ids = {v.id for v in outputs if type(v) is Var}
     links = [None] * len(eqns)
+    states = set()
     for k, eqn in enumerate(eqns):
         if (eqn.prim is scatter_set or eqn.prim is index_add) and type(eqn.args[0]) in (Var, np.ndarray):
             idx = _const_index(eqn.params["index"], eqn.args[0].shape, new_axes=eqn.prim is index_add)
             if idx is not None and (None in idx) + any(_is_int(i) for i in idx) == 1:
                 links[k] = idx  # ints (one element or block per write) or, adding, the same block each time
+                states.add(eqn.outs[0].id)
+    if not states:
+        return eqns
+    users = {}
+    for k, eqn in enumerate(eqns):
+        for v in eqn.uses:
+            if v.id in states:
+                users.setdefault(v.id, []).append(k)
     taken = set()
     replaced = {}
     removed = set()
@@ -409,17 +424,23 @@ class _Signatures:
     def record(self, eqn):
         k = len(self.eqns)
         self.eqns.append(eqn)
+        keys, depths = self.key, self.depth
         try:
             params = eqn.params
             if eqn.prim is getitem:
                 pkey = self.index(params["index"])
             else:
-                pkey = tuple((name, self.operand(v, True)) for name, v in params.items()) if params else ()
-            key = (eqn.prim, pkey, tuple(self.operand(a) for a in eqn.args))
+                pkey = tuple([(name, self.operand(v, True)) for name, v in params.items()]) if params else ()
+            key = (eqn.prim, pkey, tuple([keys[a.id] if type(a) is Var else self.operand(a) for a in eqn.args]))
         except _Unkeyed:
             key = ("eqn", k)
         sig = self.ids.setdefault(key, len(self.ids))
-        depth = 1 + max((self.depth[v.id] for v in eqn.uses), default=0)
+        depth = 0
+        for v in eqn.uses:
+            d = depths[v.id]
+            if d > depth:
+                depth = d
+        depth += 1
         for i, o in enumerate(eqn.outs):
             self.key[o.id] = ("sig", sig, i)
             self.depth[o.id] = depth
@@ -430,14 +451,8 @@ class _Signatures:
 def _sums(eqns, outputs):
     """The ``add`` equations that are inner nodes of a larger sum: used once, by an add of the same
     shape and dtype (floating point)."""
-    count, user = {}, {}
-    for k, eqn in enumerate(eqns):
-        for v in eqn.uses:
-            count[v.id] = count.get(v.id, 0) + 1
-            user[v.id] = k
-    for v in outputs:
-        if type(v) is Var:
-            count[v.id] = count.get(v.id, 0) + 2
+    adds = {eqn.outs[0].id for eqn in eqns if eqn.prim is add}
+    count, user = _uses_of(eqns, outputs, adds)
     inner = {}
     for k, eqn in enumerate(eqns):
         if eqn.prim is add and not eqn.params and eqn.outs[0].dtype.kind in "fc":
