@@ -538,7 +538,12 @@ def matmul_rule(prim, vals, batched, params, trace):
         a = pad_batched(a, nb, rank - na)
     if bb:
         b = pad_batched(b, nb, rank - nb_)
-    out = prim(a, b)
+    if shape(a)[-1] == 1:
+        # a contraction over one element is a broadcast product: NumPy's matmul of many (m, 1) @ (1, p)
+        # pairs loops over tiny products (~1.7 ms for 1,024 of them against ~10 us)
+        out = PRIMITIVES["multiply"](a, b)
+    else:
+        out = prim(a, b)
     if not (squeeze_a or squeeze_b):
         return out
     # the axes the 1-d operands did not have are dropped
