@@ -19,10 +19,16 @@ cost), and the backward pass runs once over the ``K`` outputs; divided by ``K``:
 
 PyTorch eager (when installed), side by side in the same run: the same operation on tensors that
 require grad, minus the same operation under ``no_grad`` (its own forward), plus
-``torch.autograd.backward`` over the ``K`` outputs. Operands are float32; one thread. Timings are
+``torch.autograd.backward`` over the ``K`` outputs. JAX eager (``--jax``; when installed), the same
+way: ``jax.vjp`` of the function that runs the operation ``K`` times (JAX's dispatch, op by op, no
+``jit``) minus the ``K`` operations run plainly, plus the ``vjp`` function called once on the ``K``
+cotangents (results blocked on, so asynchronous dispatch is timed to completion). The PyTorch
+spelling of each case serves JAX through a small namespace of JAX's names (``cat`` is
+``jnp.concatenate``, ...); a case it cannot spell has no JAX figure. Operands are float32; one thread. Timings are
 medians of repeats interleaved between the contestants, so that load on the machine hits them alike.
 Small operands: 0-d and 16-element vectors for elementwise functions, 16-element vectors and 4x4
-matrices for the rest; medium: 4096-element vectors and 64x64 matrices.
+matrices for the rest; medium: 4096-element vectors and 64x64 matrices. Small and medium rows are
+printed as two tables, each with its own summary.
 """
 from __future__ import annotations
 
@@ -31,11 +37,14 @@ import sys
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +   # JAX (--jax) on one thread as well
+                           " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+import types  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -80,12 +89,15 @@ class Case:
     notes: str = ""
     group: str = "primitive"
     extra: dict = field(default_factory=dict)
+    jax: Callable = None                # JAX's spelling (default: the PyTorch one, in JAX's names)
 
 
 CASES = []
 
 
 def case(name, covers, shapes, traced, plain=None, torch=None, **kw):
+    if kw.get("jax") is None and torch is not None and hasattr(torch, "spelling"):
+        kw["jax"] = _in_jax(torch.spelling)
     CASES.append(Case(name, tuple(covers), shapes, traced, plain or traced, torch, **kw))
 
 
@@ -128,14 +140,18 @@ _UNARY_SKIP = {"scipy.special.polygamma", "scipy.special.gamma", "scipy.special.
                *(f"scipy.special.{n}" for n in _INTEGER_ARGUMENTS), "scipy.special.ndtri_exp", "scipy.special.zeta"}
 
 
-def _torch_attr(path):
-    import torch
-    obj = torch
+def _attr_path(obj, path):
+    """``obj.a.b`` for ``path`` "a.b", or None where a name is missing."""
     for part in path.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
             return None
     return obj
+
+
+def _torch_attr(path):
+    import torch
+    return _attr_path(torch, path)
 
 
 def _elementwise_cases():
@@ -165,17 +181,80 @@ def _elementwise_cases():
             continue
         lo, hi = _DOMAIN.get(name, (0.2, 0.8))
         shapes = {k: v * nin for k, v in ELEMENTWISE.items()}
+
+        def jax_fn(*xs, _path=name):
+            fn = _jax_attr(_path)
+            if fn is None:
+                raise LookupError(_path)
+            return fn(*xs)
+
         case(name, [name], shapes, lambda *xs, _p=prim: _p(*xs), lambda *xs, _p=prim: _p.impl(*xs),
-             torch_fn, domain=(lo, hi), group="elementwise",
+             torch_fn, domain=(lo, hi), group="elementwise", jax=jax_fn,
              extra={"argnums": diff} if len(diff) < nin else {})
 
 
 # --- structural cases, spelled as users write them ----------------------------------------------
 def _t(fn):
-    """A PyTorch spelling, resolved when called (torch is imported lazily)."""
+    """A PyTorch spelling, resolved when called (torch is imported lazily); ``spelling`` keeps
+    ``fn(namespace, *xs)`` for JAX's namespace."""
     def call(*xs):
         import torch
         return fn(torch, *xs)
+    call.spelling = fn
+    return call
+
+
+# JAX under the PyTorch names the cases use (a name JAX lacks raises, and the case has no JAX figure)
+_JAX_SPECIAL_NAMES = {"nn.sigmoid": "nn.sigmoid", "nn.relu": "nn.relu", "nn.erf": "scipy.special.erf",
+                      "nn.softplus": "nn.softplus", "nn.silu": "nn.silu", "nn.gelu": None,
+                      "nn.log_sigmoid": "nn.log_sigmoid", "nn.gelu_tanh": None, "absolute": "abs",
+                      "conjugate": "conj"}
+
+
+def _jax_attr(path):
+    """JAX's function for the table's name ``path`` (jnp's, jax.nn's or jax.scipy.special's)."""
+    import jax
+    import jax.numpy as jnp
+    path = _JAX_SPECIAL_NAMES.get(path, path)
+    if path is None:
+        return None
+    if path.startswith("nn.") or path.startswith("scipy."):
+        return _attr_path(jax, path)
+    return getattr(jnp, path, None)
+
+
+class _JaxAsTorch:
+    """``jax.numpy`` answering to the PyTorch names of the cases' spellings."""
+
+    def __getattr__(self, name):
+        import jax
+        import jax.numpy as jnp
+        aliases = {"cat": jnp.concatenate, "from_numpy": jnp.asarray, "tensor": jnp.asarray,
+                   "softmax": lambda x, dim: jax.nn.softmax(x, axis=dim),
+                   "log_softmax": lambda x, dim: jax.nn.log_softmax(x, axis=dim),
+                   "logsumexp": lambda x, dims: jax.nn.logsumexp(x, axis=dims),
+                   "nn": _JaxNN(), "linalg": _JaxLinalg()}
+        if name in aliases:
+            return aliases[name]
+        return getattr(jnp, name)
+
+
+class _JaxNN:
+    @property
+    def functional(self):
+        import jax.numpy as jnp
+        return types.SimpleNamespace(pad=lambda x, widths: jnp.pad(x, [tuple(widths)]))
+
+
+class _JaxLinalg:
+    def __getattr__(self, name):
+        import jax.numpy as jnp
+        return getattr(jnp.linalg, name)
+
+
+def _in_jax(spelling):
+    def call(*xs):
+        return spelling(_JaxAsTorch(), *xs)
     return call
 
 
@@ -494,7 +573,7 @@ def _timer(fn, reps):
     return statistics.median(fn() for _ in range(reps))
 
 
-def measure(c, label, k, reps, torch=None):
+def measure(c, label, k, reps, torch=None, jax=None):
     args = _operands(c, label)
     per = c.extra.get("per", 1)
 
@@ -529,31 +608,68 @@ def measure(c, label, k, reps, torch=None):
 
     record_and_backward()  # warm-up (and a check that the case runs)
     row = {"case": c.name, "size": label, "group": c.group, "covers": list(c.covers), "k": k * per}
-    t_np, t_rec, t_bwd, t_tf, t_tg, t_tb = [], [], [], [], [], []
-    tprep = _torch_prepare(c, args, k, torch) if torch is not None and c.torch is not None else None
+    t_np, t_rec, t_bwd = [], [], []
+    peers = {}   # "torch"/"jax" -> (run, [forward, record, backward] samples)
+    if torch is not None and c.torch is not None:
+        peers["torch"] = _torch_prepare(c, args, k, torch)
+    if jax is not None and c.jax is not None:
+        peers["jax"] = _jax_prepare(c, args, k, jax)
+    peers = {name: (run, ([], [], [])) for name, run in peers.items() if run is not None}
     for _ in range(reps):   # interleaved: the same load hits every contestant
         t_np.append(plain())
         r, b = record_and_backward()
         t_rec.append(r)
         t_bwd.append(b)
-        if tprep is not None:
-            f, g, bw = tprep()
-            t_tf.append(f)
-            t_tg.append(g)
-            t_tb.append(bw)
+        for run, samples in peers.values():
+            for times, t in zip(samples, run()):
+                times.append(t)
     n = k * per
     npf = statistics.median(t_np) / n
     row["numpy_us"] = npf * 1e6
     row["record_us"] = (statistics.median(t_rec) / n - npf) * 1e6
     row["backward_us"] = statistics.median(t_bwd) / n * 1e6
     row["overhead_us"] = row["record_us"] + row["backward_us"]
-    if tprep is not None:
-        tf = statistics.median(t_tf) / n
-        row["torch_forward_us"] = tf * 1e6
-        row["torch_record_us"] = (statistics.median(t_tg) / n - tf) * 1e6
-        row["torch_backward_us"] = statistics.median(t_tb) / n * 1e6
-        row["torch_overhead_us"] = row["torch_record_us"] + row["torch_backward_us"]
+    for name, (_, (t_f, t_g, t_b)) in peers.items():
+        f = statistics.median(t_f) / n
+        row[f"{name}_forward_us"] = f * 1e6
+        row[f"{name}_record_us"] = (statistics.median(t_g) / n - f) * 1e6
+        row[f"{name}_backward_us"] = statistics.median(t_b) / n * 1e6
+        row[f"{name}_overhead_us"] = row[f"{name}_record_us"] + row[f"{name}_backward_us"]
     return row
+
+
+def _jax_prepare(c, args, k, jax):
+    """JAX eager: ``jax.vjp`` of the ``k`` operations and its ``vjp`` function, no ``jit``."""
+    import jax.numpy as jnp
+    xs = [jnp.asarray(a) for a in args]
+
+    def ops(*xs):
+        return [c.jax(*xs) for _ in range(k)]
+
+    def ready(tree):
+        return jax.block_until_ready(tree)
+
+    try:
+        ready(ops(*xs))   # JAX compiles each operation for its shapes on first use: not timed
+        outs, vjp_fn = jax.vjp(ops, *xs)
+        ready(vjp_fn([jnp.ones_like(o) for o in outs]))
+    except (LookupError, TypeError, AttributeError, ValueError, NotImplementedError):
+        return None   # JAX has no such operation under this spelling
+
+    def run():
+        t0 = time.process_time()
+        ready(ops(*xs))
+        t1 = time.process_time()
+        outs, vjp_fn = jax.vjp(ops, *xs)
+        ready(outs)
+        t2 = time.process_time()
+        cts = ready([jnp.ones_like(o) for o in outs])
+        t3 = time.process_time()
+        ready(vjp_fn(cts))
+        t4 = time.process_time()
+        return t1 - t0, t2 - t1, t4 - t3
+
+    return run
 
 
 def _torch_prepare(c, args, k, torch):
@@ -611,13 +727,17 @@ def fmt(x):
     return "-" if x is None else f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"
 
 
+def _per(a, b):
+    return "-" if not b or b <= 0 else f"{a / b:.2f}x"
+
+
 def table(rows, title):
-    head = ["operation", "size", "numpy", "record", "backward", "wengert", "torch", "w/torch"]
+    head = ["operation", "size", "numpy", "record", "backward", "wengert", "torch", "w/torch", "jax", "w/jax"]
     lines = []
     for r in rows:
-        t = r.get("torch_overhead_us")
+        t, j = r.get("torch_overhead_us"), r.get("jax_overhead_us")
         lines.append([r["case"], r["size"], fmt(r["numpy_us"]), fmt(r["record_us"]), fmt(r["backward_us"]),
-                      fmt(r["overhead_us"]), fmt(t), "-" if not t or t <= 0 else f"{r['overhead_us'] / t:.2f}x"])
+                      fmt(r["overhead_us"]), fmt(t), _per(r["overhead_us"], t), fmt(j), _per(r["overhead_us"], j)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     out = [title, "", "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))),
            "  ".join("-" * w for w in widths)]
@@ -627,14 +747,19 @@ def table(rows, title):
 
 
 def summary(rows):
-    small = [r for r in rows if r["size"] in SMALL_LABELS]
     out = {}
-    if small:
-        out["small_median_overhead_us"] = statistics.median(r["overhead_us"] for r in small)
-        vs = [r for r in small if r.get("torch_overhead_us")]
-        out["small_rows_with_torch"] = len(vs)
-        out["small_rows_slower_than_torch"] = sorted(
-            f"{r['case']} [{r['size']}]" for r in vs if r["overhead_us"] > r["torch_overhead_us"])
+    for label, part in (("small", [r for r in rows if r["size"] in SMALL_LABELS]),
+                        ("medium", [r for r in rows if r["size"] not in SMALL_LABELS])):
+        if not part:
+            continue
+        out[f"{label}_median_overhead_us"] = statistics.median(r["overhead_us"] for r in part)
+        for peer in ("torch", "jax"):
+            vs = [r for r in part if r.get(f"{peer}_overhead_us")]
+            if vs:
+                out[f"{label}_median_{peer}_overhead_us"] = statistics.median(r[f"{peer}_overhead_us"] for r in vs)
+                out[f"{label}_rows_with_{peer}"] = len(vs)
+                out[f"{label}_rows_slower_than_{peer}"] = sorted(
+                    f"{r['case']} [{r['size']}]" for r in vs if r["overhead_us"] > r[f"{peer}_overhead_us"])
     return out
 
 
@@ -646,6 +771,7 @@ def parse_args(argv):
     p.add_argument("--k", type=int, default=0, help="operations per recording (default: 200 small, 20 medium)")
     p.add_argument("--repeat", type=int, default=7, help="interleaved repeats; the median is reported")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    p.add_argument("--jax", action="store_true", help="JAX eager beside PyTorch (jax.vjp op by op; slow to run)")
     p.add_argument("--json", default="", help="write every row as JSON here")
     return p.parse_args(argv)
 
@@ -664,6 +790,13 @@ def main(argv=None):
             torch.set_num_threads(1)
         except ImportError:
             torch = None
+    jax = None
+    if args.jax and not args.quick:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        try:
+            import jax
+        except ImportError:
+            jax = None
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     shapes_seen = {tuple(s) for c in CASES for shapes in c.shapes.values() for s in shapes}
     _prepare_constants(shapes_seen)
@@ -679,18 +812,22 @@ def main(argv=None):
                     continue
                 k = 2 if args.quick else args.k or (200 if small else 20)
                 reps = 1 if args.quick else args.repeat
-                rows.append(measure(c, label, k, reps, torch))
+                rows.append(measure(c, label, k, reps, torch, jax))
     rows.sort(key=lambda r: -r["overhead_us"])
-    text = table(rows, "per operation, µs: numpy = NumPy's forward; record = tracing's cost above it; "
-                       "backward = the backward pass;\nwengert = record + backward; torch = PyTorch eager's "
-                       "record + backward above its own forward (worst first)")
+    title = ("per operation, µs: numpy = NumPy's forward; record = tracing's cost above it; backward = the "
+             "backward pass;\nwengert = record + backward; torch, jax = PyTorch eager's and JAX eager's record + "
+             "backward above their own forward (worst first)")
     summ = summary(rows)
-    print(text)
-    print()
+    for label, part in (("small operands (0-d, 16-vectors, 4x4)", [r for r in rows if r["size"] in SMALL_LABELS]),
+                        ("medium operands (4096-vectors, 64x64)", [r for r in rows if r["size"] not in SMALL_LABELS])):
+        if part:
+            print(table(part, f"{label}: {title}"))
+            print()
     for key, value in summ.items():
         print(f"{key}: {fmt(value) if isinstance(value, float) else value}")
     if args.json:
         env = {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
+               "jax": getattr(jax, "__version__", None), "load_average": os.getloadavg(),
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         Path(args.json).write_text(json.dumps({"environment": env, "rows": rows, "summary": summ,
                                                "not_measured": NOT_MEASURED}, indent=1))
