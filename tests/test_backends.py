@@ -163,6 +163,25 @@ def test_vjp_jvp_and_vmap(backend):
     _close(backend, row_grads, wg.vmap(wg.grad(lambda r: wnp.sum(wnp.sin(r) * r)))(X))
 
 
+def test_jacobians_hessian_and_in_place_writes(backend):
+    """Jacobians (a backward pass per output element, stacked), forward over reverse, a Buffer made
+    like the input and x.at[...].set: the results stay the backend's arrays."""
+    x = backend.put(X[0])
+    f = lambda x: wnp.sin(x) * x.sum()
+    s = lambda x: wnp.sum(wnp.sin(x) * x)
+
+    def buffered(x):
+        b = wg.Buffer(like=x)
+        b[0] = x[1] * 2
+        b[1:3] = wnp.sin(x[:2])
+        return wnp.sum(b.freeze() ** 2) + wnp.sum(wg.at(x)[1:3].set(x[:2] * 3) ** 2)
+
+    with backend.lazily():
+        got = [wg.jacobian(f)(x), wg.jacfwd(f)(x), wg.hessian(s)(x), wg.grad(buffered)(x)]
+    for g, h in zip(got, [wg.jacobian(f), wg.jacfwd(f), wg.hessian(s), wg.grad(buffered)]):
+        _close(backend, g, h(X[0]))
+
+
 def test_jit_refuses_backend_arguments(backend):
     """jit stages NumPy arrays only; another library's array is refused by name, also under grad."""
     f = lambda x: wnp.sum(wnp.sin(x) * x[0])
@@ -234,6 +253,16 @@ def test_what_dask_cannot_do_lazily_is_refused_by_name(name, f, message):
     if name == "det":
         with pytest.raises(wg.BackendError, match=message):
             wg.vmap(lambda m: wnp.linalg.det(m[:2, :2]))(da.from_array(np.stack([X[:4]] * 2), chunks=2))
+
+
+def test_without_array_api_compat_the_error_names_the_extra(monkeypatch):
+    """array-api-compat is optional (NumPy and opt_einsum are the only hard dependencies): a
+    non-NumPy array without it is a clear error naming the extra, never a NumPy conversion."""
+    da = pytest.importorskip("dask.array")
+    monkeypatch.setattr(namespace, "array_api_compat", None)
+    with pytest.raises(wg.BackendError, match=r"install it with pip install 'wengert\[dask\]'"):
+        wg.grad(lambda x: wnp.sum(wnp.sin(x)))(da.from_array(X, chunks=3))
+    assert wg.grad(lambda x: wnp.sum(wnp.sin(x)))(X).shape == X.shape   # NumPy does not need it
 
 
 def test_namespace_helpers_keep_numpy_numpy():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .core import namespace
 from .core.mutation import InPlaceWriteError
 from .core.trace import Tracer, make_tracer, unbox
 from .numpy._methods import clean_index
@@ -31,16 +32,19 @@ class Buffer:
     def __init__(self, initial=None, *, like=None, shape=None, dtype=None):
         if initial is not None:
             start = unbox(initial)
-            self._data = np.array(start, dtype=dtype or np.asarray(start).dtype, copy=True)
+            if namespace.is_foreign(start):   # storage in the values' own library (Dask, CuPy)
+                self._data = namespace.copy(start, dtype)
+            else:
+                self._data = np.array(start, dtype=dtype or np.asarray(start).dtype, copy=True)
             self._base = initial if type(initial) is Tracer else None
         else:
             if like is not None:
                 plain = unbox(like)
                 shape = np.shape(plain) if shape is None else shape
-                dtype = dtype or np.asarray(plain).dtype
+                dtype = dtype or (plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype)
             if shape is None:
                 raise TypeError("Buffer needs initial values, like=array, or shape= (see Buffer.zeros)")
-            self._data = np.zeros(shape, dtype or np.float64)
+            self._data = namespace.zeros(shape, dtype or np.float64, unbox(like) if like is not None else None)
             self._base = None
         self._trace = self._base._trace if self._base is not None else None
         self._writes = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.namespace import copy as _copy
 from ..core.trace import Tracer, is_batched, unbox
 from ._batching import NeedsLoop, batched_index, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
 from ._table import defprim, unbroadcast
@@ -19,13 +20,13 @@ def _zero_at(g, index):
     """``g`` with the positions ``index`` set to zero (a new array; differentiable)."""
     if type(g) is Tracer:
         return scatter_set(g, np.zeros((), unbox(g).dtype), index=index)
-    out = np.array(g, copy=True)
+    out = _copy(g)   # in g's namespace: a Dask or CuPy cotangent stays one
     out[index] = 0
     return out
 
 
 def _scatter_set(x, v, index):
-    out = np.array(x, copy=True)
+    out = _copy(x)
     out[index] = v
     return out
 

@@ -14,7 +14,7 @@ from ..core import namespace, tree
 from ..core.backward import backward
 from ..core.mutation import root
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
-from ..core.trace import Tracer, close_trace, collector_paused, new_input, new_trace, shape_of, unbox
+from ..core.trace import Tracer, close_trace, collector_paused, dtype_of, new_input, new_trace, shape_of, unbox
 from .. import numpy as wnp
 
 
@@ -331,9 +331,9 @@ def jacobian(f, argnums=0, has_aux=False):
             rows = []
             for e in range(int(np.prod(out_shape, dtype=int))):
                 cts = [None] * len(rec.out_leaves)
-                basis = np.zeros(out_shape, np.result_type(unbox(out_leaf), np.float32) if
-                                 np.issubdtype(np.asarray(unbox(out_leaf)).dtype, np.inexact)
-                                 else np.float64)
+                out_dtype = dtype_of(out_leaf)
+                basis = np.zeros(out_shape, np.result_type(out_dtype, np.float32) if
+                                 namespace.is_inexact(out_dtype) else np.float64)
                 basis.flat[e] = 1
                 cts[k] = basis
                 rows.append(rec.pull(cts, keep_tape=True))
@@ -364,5 +364,5 @@ def jacobian(f, argnums=0, has_aux=False):
 def _stack(pieces):
     if any(type(p) is Tracer for p in pieces):
         return wnp.stack(pieces)
-    return np.stack([np.asarray(p) for p in pieces])
+    return np.stack([p if namespace.is_foreign(p) else np.asarray(p) for p in pieces])
 
