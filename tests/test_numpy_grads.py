@@ -649,6 +649,7 @@ case("np.multiply.reduceat", lambda x: np.multiply.reduceat(x, np.array([3, 0, 2
 case("np.maximum.reduceat", lambda x: np.maximum.reduceat(x, [1, 3], axis=-1), distinct(2, 4))
 case("np.minimum.reduceat", lambda x: np.minimum.reduceat(x, [0, 2]), distinct(4, 2))
 case("np.logaddexp.reduceat", lambda x: np.logaddexp.reduceat(x, [0, 1, 4], axis=0), real(5, 2), order2=True)
+case("np.add.reduceat no segments", lambda x: np.add.reduceat(x, np.array([], dtype=int), axis=1), real(2, 3))
 case("np.hypot.reduceat (a fold)", lambda x: np.hypot.reduceat(x, [0, 2]), nonzero(3))
 case("np.add.reduce initial", lambda x: np.add.reduce(x, axis=None, initial=1.5), real(2, 2))
 

@@ -1162,6 +1162,8 @@ def ufunc_reduceat(binary, name, x, indices, axis=0, dtype=None, out=None):
     size = _shape(x)[axis]
     if np.any((starts < 0) | (starts >= size)):
         raise IndexError(f"{name}.reduceat: index out of bounds for axis {axis} of size {size}: {starts}")
+    if not starts.size:   # no segments: an empty axis, as NumPy returns
+        return x[_axis_slice(ndim, axis, slice(0, 0))]
     ends = np.append(starts[1:], size)
     segments = []
     for start, end in zip(starts.tolist(), ends.tolist()):
