@@ -88,6 +88,7 @@ CASES = {
     "lpmv": ((1.0, 2.5, u(-0.8, 0.8)), (2,)), "eval_sh_jacobi": ((np.array([0, 2, 3]), 2.5, 1.5, P), (3,)),
     "assoc_laguerre": ((X, 3, 0.5), (0,)),
     "chndtr": ((X, 3.0, u(0.3, 2.0)), (0, 2)), "chndtrix": ((P, 3.0, u(0.5, 2.0)), (0, 2)),
+    "ncfdtr": ((3.0, 7.0, u(0.5, 4.0), X), (2, 3)), "ncfdtri": ((3.0, 7.0, u(0.5, 4.0), P), (2, 3)),
     "tklmbda": ((np.array([-0.4, 0.3, 4.0]), np.array([0.3, -0.2, 0.5])), (0, 1)),
     "voigt_profile": ((u(-2, 2), u(0.5, 1.5), u(0.0, 1.0)), (0, 1, 2)),
     "diric": ((np.array([0.7, 2 * np.pi, -1.9, 0.0, -4 * np.pi]), 3), (0,)),
@@ -211,6 +212,16 @@ def test_legendre_and_harmonics_with_their_derivatives_and_refusals():
     wg.check_grads(lambda t, p: ws.sph_harm_y(2, 1, t, p, diff_n=1)[1], (theta, phi), order=1, modes=FWD_REV)
     with pytest.raises(wg.NoDerivativeError, match="diff_n <= 2"):
         wg.check_grads(lambda z: ws.legendre_p(4, z), (z,), order=3)
+
+
+def test_noncentral_f_density_matches_scipy_stats():
+    """ncfdtr's derivative in f (a Poisson mixture of beta densities, truncated where the weights
+    fall below rounding) against scipy.stats.ncf.pdf, from nc = 0 to nc = 200."""
+    stats = pytest.importorskip("scipy.stats")
+    f = np.array([0.05, 0.8, 2.5, 9.0, 60.0])
+    for nc in (0.0, 1.5, 30.0, 200.0):
+        got = wg.jacobian(lambda f: ws.ncfdtr(3.0, 7.0, nc, f))(f).diagonal()
+        np.testing.assert_allclose(got, stats.ncf.pdf(f, 3.0, 7.0, nc), rtol=1e-9, atol=1e-300, err_msg=f"nc={nc}")
 
 
 def test_diric_near_its_poles_is_exact():
