@@ -9,6 +9,7 @@ import pytest
 
 import wengert as wg
 import wengert.numpy as wnp
+from wengert.transforms import _ir
 from test_numpy_grads import CASE_IDS, CASES, Arg, rng_for
 
 rng = np.random.default_rng(0)
@@ -26,6 +27,23 @@ def assert_trees_close(a, b, rtol=1e-10, atol=1e-12):
 def mlp(w, x):
     h = wnp.tanh(x @ w)
     return wnp.sum(h ** 2) + wnp.sum(wnp.where(h > 0, h, 0.0))
+
+
+# --- common subexpressions: operands are equal exactly when their keys are -----------------------
+def test_cse_keys_tell_apart_values_python_calls_equal():
+    x = np.zeros(3)
+    v = _ir.Var(0, (3,), np.float64)
+    distinct = [1, 1.0, True, "1", (1,), [1], (1.0,), ((1,),), slice(1), (slice(1),), (slice(1.0),), (None,),
+                ("slice", 1, None, None), (bool, True), None, Ellipsis, {"a": 1}, {"a": True}, v, (v,), x, (x,),
+                float("nan"), (slice(None), 2), (slice(None), True), (slice(None), 2.0)]
+    keys = [_ir._key(d) for d in distinct]
+    for i, a in enumerate(keys):
+        for j, b in enumerate(keys):
+            assert (a == b) == (i == j), (distinct[i], distinct[j])
+    assert _ir._key((slice(None), 2, [3, v])) == _ir._key((slice(None), 2, [3, v]))
+    assert _ir._key(float("nan")) == _ir._key(float("nan"))  # a NaN constant: one equation, not two
+    with pytest.raises(_ir._Unhashable):
+        _ir._key((1, object()))
 
 
 # --- staging and the cache -----------------------------------------------------------------------

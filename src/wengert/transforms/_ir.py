@@ -98,28 +98,45 @@ class _Unhashable(Exception):
     """An operand CSE cannot compare by value (a container it does not know): the equation is kept."""
 
 
-_SCALARS = frozenset((int, bool, str))
-
-
 def _key(x):
     """A hashable key that is equal exactly when two operands are the same (constants by identity
-    for arrays and other objects, by type and value for Python scalars)."""
+    for arrays and other objects, by type and value for Python scalars). Ints, strings, None and
+    Ellipsis stand for themselves (no two of them are equal across types); a bool, a float or a
+    complex is tagged with its type (``1 == 1.0 == True``), and every container with its kind, so
+    a tagged scalar never meets a container's key. Indexes of ints and slices of ints, the common
+    parameters, are keyed without recursing."""
     t = type(x)
-    if t is Var:
-        return x  # hashed by identity: renaming gives the canonical Var object
-    if t in _SCALARS or x is None or x is Ellipsis:
-        return (t, x)
+    if t is Var or t is int or t is str or x is None or x is Ellipsis:
+        return x  # a Var is hashed by identity: renaming gives the canonical Var object
+    if t is tuple or t is list:
+        parts = []
+        for v in x:
+            u = type(v)
+            if u is Var or u is int or v is None:
+                parts.append(v)
+            elif u is slice and _plain_slice(v):
+                parts.append(("slice", v.start, v.stop, v.step))
+            else:
+                parts.append(_key(v))
+        return (t, tuple(parts))
+    if t is slice:
+        if _plain_slice(x):
+            return ("slice", x.start, x.stop, x.step)
+        return ("slice", _key(x.start), _key(x.stop), _key(x.step))
+    if t is bool:
+        return (bool, x)
     if t is float or t is complex:
         return (t, x) if x == x else ("nan",)
-    if t is tuple or t is list:
-        return (t, tuple([_key(v) for v in x]))
-    if t is slice:
-        return ("slice", _key(x.start), _key(x.stop), _key(x.step))
     if t is dict:
-        return ("dict", tuple([(k, _key(v)) for k, v in sorted(x.items())]))
+        return ("dict", tuple([(k, _key(v)) for k, v in x.items()]))  # equal dicts in another order: kept twice
     if isinstance(x, (np.ndarray, np.generic, np.dtype, type)) or callable(x):
         return ("id", id(x))
     raise _Unhashable
+
+
+def _plain_slice(s):
+    a, b, c = s.start, s.stop, s.step
+    return (a is None or type(a) is int) and (b is None or type(b) is int) and (c is None or type(c) is int)
 
 
 def cse(program):

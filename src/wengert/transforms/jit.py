@@ -91,12 +91,14 @@ def _internal(code):
 
 
 
-def _user_frame(trace):
-    """(filename, line, note) of the innermost caller outside wengert and NumPy. Reached through a
+def _user_frame(trace, depth=2):
+    """(filename, line, note) of the innermost caller outside wengert and NumPy, looked for from
+    ``depth`` frames up (the callers below it are known to be wengert's: each frame the walk
+    visits costs a frame object, the larger part of staging one equation). Reached through a
     backward pass, the note names the primitive whose VJP rule is running, and the line is that of
     the forward operation when its tape entry kept the output (else none is given). Equations
     staged from one place share one tuple (a loop of 10k trips stages 10k equations per line)."""
-    frame = sys._getframe(2)
+    frame = sys._getframe(depth)
     internal = _INTERNAL
     while frame is not None:
         code = frame.f_code
@@ -196,10 +198,12 @@ class StagingTrace(Trace):
             raise LeakedTracerError(prim.name)
         if self.written is not None:
             check_not_stale(self, args, prim)
-        return self.stage(prim, args, params)
+        return self.stage(prim, args, params, 4)
 
-    def stage(self, prim, args, params):
-        """Append ``prim(*args, **params)`` to the program; its result, computed on the samples."""
+    def stage(self, prim, args, params, depth=3):
+        """Append ``prim(*args, **params)`` to the program; its result, computed on the samples.
+        ``depth``: the first frame that may be the user's (4 from ``process``: its caller, bind or
+        a rule, is wengert's)."""
         uses = []
         operands, values = [], []
         variables = self.vars
@@ -234,7 +238,7 @@ class StagingTrace(Trace):
         else:
             outs = (self.new_var(ans),)
             result = self.wrap(ans, outs[0])
-        source = _user_frame(self)
+        source = _user_frame(self, depth)
         for o in outs:
             self.sources[o.id] = source
         self.eqns.append(_ir.Eqn(prim, tuple(operands), p_ops, outs, tuple(uses), source))
