@@ -22,13 +22,15 @@ import os
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# first: importing it makes the BLAS single-threaded before NumPy loads it, as in every benchmark here
+from run import compare, fmt_time, table  # noqa: E402,I001
+
+import numpy as np  # noqa: E402
 
 import peers  # noqa: E402
 import workloads  # noqa: E402
-from run import compare, fmt_time, table  # noqa: E402
 from timing import interleaved_medians  # noqa: E402
 
 import wengert as wg  # noqa: E402
