@@ -486,6 +486,10 @@ def dot_rule(prim, vals, batched, params, trace):
             return out
     if na == 0 or nb_ == 0:
         return elementwise_rule(PRIMITIVES["multiply"], vals, batched, {}, trace)
+    if na == 2 and nb_ == 2 and nb == 1:
+        # matrix products along one batch axis: matmul broadcasts it and calls the BLAS per item
+        # (einsum 'dab,dbc->dac' does not: 63 ms against 8.5 ms for 255 (32,128)@(128,64) products)
+        return matmul(a, b)
     letters = iter("abcdefghijklmnopqrstuvwxyz")
     sa = [next(letters) for _ in range(na)]
     k = sa[-1]
