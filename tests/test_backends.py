@@ -100,7 +100,7 @@ CASES = {
     "indexing": lambda x, a: wnp.sum(x[1:, ::2] ** 2) + wnp.sum(x[:, 1] * x[0, 1]) + x[2, 3],
     "concatenate_stack": lambda x, a: wnp.sum(wnp.concatenate([x, 2 * x], axis=1) ** 2)
     + wnp.sum(wnp.stack([x, x ** 2])[1]),
-    "where": lambda x, a: wnp.sum(wnp.where(x > 0.5, x ** 2, wnp.log(x))),
+    "where_clip": lambda x, a: wnp.sum(wnp.where(x > 0.5, x ** 2, wnp.log(x))) + wnp.sum(wnp.clip(x, 0.3, 0.8) ** 2),
     "softmax_logsumexp": lambda x, a: wnp.sum(wg.nn.softmax(x, axis=1)[:, 0])
     + wnp.sum(wg.nn.logsumexp(x @ a, axis=0)),
     "linalg": lambda x, a: wnp.sum(wnp.linalg.cholesky(x.T @ x + 4 * np.eye(4))[:, :2])

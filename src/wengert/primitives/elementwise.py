@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.namespace import dtype_in, is_foreign, namespace
 from ..core.trace import unbox
 from ._batching import elementwise_rule
 from ._table import defprim, defunary, elementwise_constant, staged, unbroadcast
@@ -70,10 +71,17 @@ def _above(x, bound):
     return x > bound
 
 
+def _ones_like(x, dtype):
+    if type(x) is not np.ndarray and is_foreign(x):
+        xp = namespace(x)
+        return xp.ones_like(x, dtype=dtype_in(xp, np.dtype(dtype)))
+    return np.ones(np.shape(x), dtype)
+
+
 @elementwise_constant
 def _inside(x, lo, hi):
     """Where ``x`` is within its bounds (the output's shape: bounds may broadcast ``x``)."""
-    inside = np.ones(np.shape(x), bool)
+    inside = _ones_like(x, bool)   # a Dask array's mask stays lazy and chunked like x
     if lo is not None:
         inside = inside & (x >= lo)
     if hi is not None:
