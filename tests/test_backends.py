@@ -288,7 +288,8 @@ def test_gradient_computed_on_a_distributed_cluster():
     try:
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                            dashboard_address=":0", silence_logs=logging.ERROR)
-        client = distributed.Client(cluster, timeout="30s")
+        client = distributed.Client(cluster, timeout="60s")
+        client.wait_for_workers(2, timeout=120)   # a loaded machine starts worker processes slowly
         value, grad = wg.value_and_grad(_logistic)(w, x, y)
         assert type(grad) is da.Array
         value, grad = client.compute([value, grad], sync=False)
