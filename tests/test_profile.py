@@ -485,3 +485,45 @@ def test_command_line_profiles_a_script_unchanged(tmp_path):
 def test_command_line_usage():
     proc = subprocess.run([sys.executable, "-m", "wengert"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "python -m wengert profile" in proc.stderr
+
+
+# --- a loop's other fix: wg.jit, measured on the user's arguments ---------------------------------
+def test_a_loop_finding_quotes_jit_measured_on_the_profiled_arguments():
+    report = wg.profile(pairwise_loss, *pairwise_inputs(), argnums=(0, 1), repeat=2)
+    top = report.findings[0]
+    assert top.kind == "loop" and top.data["jit"] is report.jit
+    m = report.jit
+    assert m["measured"] and m["first_call_s"] > 0 and m["value_and_grad_s"] > 0
+    assert m["eager_value_and_grad_s"] == report.gradient
+    assert m["speedup"] == pytest.approx(report.gradient / m["value_and_grad_s"])
+    assert 0 < m["equations"] < m["equations_traced"]     # the vectorizing pass shrank the loop
+    assert "wg.jit(wg.value_and_grad(f))" in top.fix and f"{m['speedup']:.1f}x" in top.fix
+    assert json.loads(report.to_json())["jit"]["equations"] == m["equations"]
+
+
+def test_jit_is_not_measured_when_asked_not_to_or_over_the_time_budget():
+    off = wg.profile(pairwise_loss, *pairwise_inputs(), argnums=(0, 1), repeat=1, try_jit=False)
+    assert off.jit is None and "wg.jit" not in off.findings[0].fix
+    tight = wg.profile(pairwise_loss, *pairwise_inputs(), argnums=(0, 1), repeat=1, max_seconds=1e-4)
+    assert not tight.jit["measured"] and "try_jit=True" in tight.jit["reason"]
+    assert "not measured here" in tight.findings[0].fix
+
+
+def test_no_jit_measurement_without_a_loop_finding():
+    report = wg.profile(glued, *attention_inputs()[:2], np.concatenate(attention_inputs()[2], axis=1),
+                        *attention_inputs()[3:], argnums=(0, 1), repeat=1)
+    assert report.jit is None
+
+
+def _branchy_loop(x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        total = total + (wnp.sin(x[i]) if x[i] > 0 else wnp.cos(x[i]))   # a Python branch on a value
+    return total
+
+
+def test_a_function_jit_cannot_stage_says_why_in_the_finding():
+    x = np.random.default_rng(0).standard_normal(200)
+    report = wg.profile(_branchy_loop, x, repeat=1, try_jit=True)
+    assert [f for f in report.findings if f.kind == "loop"]
+    assert not report.jit["measured"] and "cannot stage" in report.jit["reason"]

@@ -20,14 +20,16 @@ import numpy as np
 
 from ..core import tree
 from ..transforms.reverse import argnames as _positional_names
+from ..transforms.jit import ConcretizationError, jit as _jit
 from ..transforms.reverse import value_and_grad
-from ._report import Finding, Report
+from ._report import Finding, Report, fmt_time
 from ._session import Session, STATE
 
 __all__ = ["profile", "Report", "Finding"]
 
 
-def profile(f, *args, argnums=0, has_aux=False, repeat=5, detail_runs=2, max_seconds=10.0, **kwargs):
+def profile(f, *args, argnums=0, has_aux=False, repeat=5, detail_runs=2, max_seconds=10.0, try_jit=None,
+            **kwargs):
     """Profile ``value_and_grad(f, argnums, has_aux)(*args, **kwargs)``; return a :class:`Report`.
 
     Runs ``f`` once untraced and ``value_and_grad`` once to warm up; then up to ``repeat`` times
@@ -36,6 +38,11 @@ def profile(f, *args, argnums=0, has_aux=False, repeat=5, detail_runs=2, max_sec
     time and name every recorded operation (merged entry by entry, keeping each entry's fastest
     time). Totals are the best of the clean runs; the tables and findings come from the
     instrumented runs. ``kwargs`` are passed to ``f``.
+
+    When a loop's many small operations are a finding, the profile also measures the fix that keeps
+    the loop: ``wg.jit(value_and_grad(f))`` (staged once, its loop vectorized), timing its first call
+    and its best call, and quotes the gain in the loop finding (``report.jit``). ``try_jit=None``
+    does so when staging is estimated to fit in ``max_seconds``; ``True`` always; ``False`` never.
     """
 
     if STATE.session is not None:
@@ -73,7 +80,41 @@ def profile(f, *args, argnums=0, has_aux=False, repeat=5, detail_runs=2, max_sec
     nums = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
     nums = tuple(a % len(args) for a in nums) if args else ()
     title = f"{_name(f)}({_describe_args(f, args, nums)})"
-    return Report(title, details, clean, plain, input_names(f, args, nums), calibration=session.calibration)
+    report = Report(title, details, clean, plain, input_names(f, args, nums), calibration=session.calibration)
+    if try_jit is not False and any(finding.kind == "loop" for finding in report.findings):
+        report.advise_jit(_measure_jit(vg, args, kwargs, report, repeat, max_seconds, force=try_jit is True))
+    return report
+
+
+# Staging costs about this much per recorded operation (forward equation plus its backward
+# equations; benchmarks/jit.py table 2 measures 46-80 us per traced equation, ~2-3 per operation)
+STAGING_PER_OPERATION_S = 150e-6
+
+
+def _measure_jit(vg, args, kwargs, report, repeat, max_seconds, force):
+    """Time ``wg.jit(vg)`` on the profiled arguments: its first call (staging, passes, compile) and
+    the best of ``repeat`` later calls, against the eager gradient's best clean call."""
+    estimate = report.nodes * STAGING_PER_OPERATION_S
+    if not force and estimate > max_seconds:
+        return dict(measured=False, reason=(
+            f"staging {report.nodes:,} operations would take about {fmt_time(estimate)}, over max_seconds="
+            f"{max_seconds:g}; pass try_jit=True to measure it"))
+    jitted = _jit(vg)
+    start = perf_counter()
+    try:
+        jitted(*args, **kwargs)
+    except ConcretizationError as err:   # Python control flow on values: the program cannot be staged
+        return dict(measured=False, reason=f"wg.jit cannot stage this function: {err}")
+    first = perf_counter() - start
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        t0 = perf_counter()
+        jitted(*args, **kwargs)
+        best = min(best, perf_counter() - t0)
+    lowered = jitted.lower(*args, **kwargs)
+    return dict(measured=True, first_call_s=first, value_and_grad_s=best, eager_value_and_grad_s=report.gradient,
+                speedup=report.gradient / best if best > 0 else None,
+                equations_traced=lowered.eqns_traced, equations=lowered.eqns)
 
 
 def _name(f):
