@@ -524,3 +524,36 @@ def test_donation_errors_name_the_problem():
         wg.jit(lambda a: a * 2.0, donate_argnums=3)(x)
     mine = x.copy()
     np.testing.assert_allclose(add(mine, x), x * 3.0)
+
+
+# --- identities: x * 1 is x ------------------------------------------------------------------------
+def test_multiplying_by_ones_is_dropped_only_where_the_product_is_x_itself():
+    x = np.arange(1.0, 7.0).reshape(2, 3)
+    ones64 = np.broadcast_to(np.ones((), np.float64), (2, 3))
+    loss = lambda x: wnp.sum(wnp.tanh(x) * ones64)                 # noqa: E731
+    step = wg.jit(wg.value_and_grad(loss))
+    code = step.lower(x).code                                      # the program without its comments
+    assert code.count("multiply(") == wg.jit(wg.value_and_grad(
+        lambda x: wnp.sum(wnp.tanh(x)))).lower(x).code.count("multiply(")
+    np.testing.assert_allclose(step(x)[1], wg.grad(loss)(x))
+    # float32 times float64 ones is a float64 array, not x: kept
+    x32 = x.astype(np.float32)
+    promote = wg.jit(lambda x: x * ones64)
+    assert promote(x32).dtype == np.float64 and "multiply(" in promote.lower(x32).code
+    # a returned product is a new array, never the caller's x
+    same = wg.jit(lambda x: x * 1.0)
+    assert not np.shares_memory(same(x), x)
+    # ones that broadcast x to a larger shape are kept
+    grow = wg.jit(lambda v: v * np.ones((2, 3)))
+    np.testing.assert_array_equal(grow(np.arange(3.0)), np.ones((2, 3)) * np.arange(3.0))
+
+
+def test_an_unused_input_gradient_is_read_only_zeros_as_in_eager_not_a_copy_per_call():
+    p = {"used": np.arange(4.0), "unused": np.ones((64, 64))}
+    loss = lambda p: wnp.sum(p["used"] ** 2)                        # noqa: E731
+    step = wg.jit(wg.grad(loss))
+    g, eager = step(p), wg.grad(loss)(p)
+    np.testing.assert_array_equal(g["unused"], eager["unused"])
+    assert not g["unused"].flags.writeable and not eager["unused"].flags.writeable
+    assert ".copy()" not in step.lower(p).code
+    assert np.array_equal(p["unused"] - 0.1 * g["unused"], p["unused"])   # adds to parameters

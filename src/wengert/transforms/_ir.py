@@ -177,8 +177,44 @@ def cse(program):
     return Program(program.inputs, kept, outputs)
 
 
+def _is_one(c):
+    """Is constant ``c`` one everywhere? Checked only where that is cheap: a Python or NumPy scalar,
+    a small array, or a broadcast array (all strides 0: one value repeated, as a seed's ones are)."""
+    if type(c) in (int, float, bool) or isinstance(c, np.generic):
+        return c == 1
+    if type(c) is np.ndarray and c.dtype.kind in "biufc" and (c.size <= 16 or not any(c.strides)):
+        return c.size > 0 and bool(np.all(c == 1) if c.size <= 16 else c.flat[0] == 1)
+    return False
+
+
+def drop_identities(program, multiply):
+    """``x * 1`` is ``x``: the backward pass seeds a sum's cotangent with broadcast ones, and the
+    first rule multiplies by them (an elementwise pass over the whole array per call). Dropped only
+    where the result is ``x`` exactly: same shape and dtype as the product, so the ones neither
+    broadcast ``x`` nor change its type, and not for a returned product (the caller gets a new array,
+    never ``x`` itself)."""
+    rename = {}
+    kept = []
+    returned = {v.id for v in program.outputs if type(v) is Var}   # a result stays its own array
+    for eqn in program.eqns:
+        if rename and any(v.id in rename for v in eqn.uses):
+            eqn = Eqn(eqn.prim, substitute(eqn.args, rename),
+                      {k: substitute(v, rename) for k, v in eqn.params.items()},
+                      eqn.outs, tuple([rename.get(v.id, v) for v in eqn.uses]), eqn.source)
+        if eqn.prim is multiply and len(eqn.args) == 2 and not eqn.params:
+            a, b = eqn.args
+            x = b if type(a) is not Var and _is_one(a) else a if type(b) is not Var and _is_one(b) else None
+            out = eqn.outs[0]
+            if type(x) is Var and x.shape == out.shape and x.dtype == out.dtype and out.id not in returned:
+                rename[out.id] = x
+                continue
+        kept.append(eqn)
+    outputs = [substitute(v, rename) for v in program.outputs] if rename else program.outputs
+    return Program(program.inputs, kept, outputs)
+
+
 # The passes, by name; benchmarks/jit.py switches them off one at a time to measure each.
-PASSES = {"cse": True, "in_place": True}
+PASSES = {"identities": True, "cse": True, "in_place": True}
 
 
 def optimize(program, prims, vectorize=None, donated=()):
@@ -187,6 +223,8 @@ def optimize(program, prims, vectorize=None, donated=()):
     bound by jit), run after CSE and before the in-place updates, or None; ``donated``: the input
     Vars whose arrays the program may write (``donate_argnums``)."""
     program = dce(program)
+    if PASSES["identities"]:
+        program = drop_identities(program, prims["multiply"])
     if PASSES["cse"]:
         program = cse(program)
     if vectorize is not None:
@@ -340,8 +378,10 @@ def generate(program, getitem, name="program"):
     for v in program.outputs:
         if type(v) is Var:
             outs.append(var_names[v.id])
-        elif isinstance(v, np.ndarray):
+        elif isinstance(v, np.ndarray) and v.flags.writeable:
             outs.append(f"{names.constant(v)}.copy()")  # a fresh array per call, as eager returns
+        elif isinstance(v, np.ndarray):   # read-only (an unused input's broadcast zeros): returned as eager does
+            outs.append(names.constant(v))
         else:
             outs.append(_literal(v, names, var_names))
     append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")

@@ -43,7 +43,7 @@ from ..core.trace import (Primitive, Trace, Tracer, close_level, collector_pause
 from ..primitives import _table
 from ..primitives._batching import one_batch_axis
 from ..primitives.scatter import scatter_set
-from ..primitives.elementwise import add
+from ..primitives.elementwise import add, multiply
 from ..primitives.shape import getitem, index_add
 from . import _ir, _vectorize
 from .batching import vmap
@@ -69,7 +69,8 @@ _BACKWARD_CODE = _backward._backward.__code__
 # -------------------------------------------------------------------------------------------------
 
 
-_PRIMS = {"getitem": getitem, "scatter_set": scatter_set, "index_add": index_add, "add": add}
+_PRIMS = {"getitem": getitem, "scatter_set": scatter_set, "index_add": index_add, "add": add,
+          "multiply": multiply}
 
 
 class ConcretizationError(TracerConversionError):
