@@ -79,13 +79,18 @@ def _module_name(target):
 IMPORTS = _imports()
 
 
+def _packages(rel, target):
+    """The packages of the importing file ``rel`` and of the imported ``target``."""
+    return (_package(pathlib.PurePath(rel).parts),
+            _package(target if len(target) > 1 or target[0] in LAYER else [target[0] + ".py"]))
+
+
 def test_layers_import_downwards_only():
     upward = []
     for rel, line, target, names, _, _ in IMPORTS:
         if not target or target[0] == "<external>":
             continue
-        here = _package(pathlib.PurePath(rel).parts)
-        there = _package(target if len(target) > 1 or target[0] in LAYER else [target[0] + ".py"])
+        here, there = _packages(rel, target)
         if _layer(there) > _layer(here) or (_layer(here) < 3 and _layer(there) == _layer(here) and there != here):
             upward.append(f"{rel}:{line} imports {_module_name(target)}")
     assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
@@ -96,8 +101,7 @@ def test_no_private_name_crosses_a_package_boundary():
     for rel, line, target, names, _, _ in IMPORTS:
         if not target or target[0] == "<external>":
             continue
-        here = _package(pathlib.PurePath(rel).parts)
-        there = _package(target if len(target) > 1 or target[0] in LAYER else [target[0] + ".py"])
+        here, there = _packages(rel, target)
         if here == there:
             continue
         # a package's private module may be named (``primitives._table``); its private names may not

@@ -78,6 +78,16 @@ def substitute(x, rename):
     return x
 
 
+def renamed(eqn, rename):
+    """``eqn`` reading through ``rename`` (id -> Var): itself when it reads none of the renamed Vars."""
+    for v in eqn.uses:
+        if v.id in rename:
+            return Eqn(eqn.prim, substitute(eqn.args, rename),
+                       {k: substitute(p, rename) for k, p in eqn.params.items()},
+                       eqn.outs, tuple([rename.get(u.id, u) for u in eqn.uses]), eqn.source)
+    return eqn
+
+
 # --- passes --------------------------------------------------------------------------------------
 def dce(program):
     """Keep only the equations whose results reach an output."""
@@ -148,12 +158,7 @@ def cse(program):
     kept = []
     for eqn in program.eqns:
         if rename:
-            for v in eqn.uses:
-                if v.id in rename:
-                    eqn = Eqn(eqn.prim, substitute(eqn.args, rename),
-                              {k: substitute(v, rename) for k, v in eqn.params.items()},
-                              eqn.outs, tuple([rename.get(v.id, v) for v in eqn.uses]), eqn.source)
-                    break
+            eqn = renamed(eqn, rename)
         try:
             args = eqn.args
             n = len(args)
@@ -197,10 +202,8 @@ def drop_identities(program, multiply):
     kept = []
     returned = {v.id for v in program.outputs if type(v) is Var}   # a result stays its own array
     for eqn in program.eqns:
-        if rename and any(v.id in rename for v in eqn.uses):
-            eqn = Eqn(eqn.prim, substitute(eqn.args, rename),
-                      {k: substitute(v, rename) for k, v in eqn.params.items()},
-                      eqn.outs, tuple([rename.get(v.id, v) for v in eqn.uses]), eqn.source)
+        if rename:
+            eqn = renamed(eqn, rename)
         if eqn.prim is multiply and len(eqn.args) == 2 and not eqn.params:
             a, b = eqn.args
             x = b if type(a) is not Var and _is_one(a) else a if type(b) is not Var and _is_one(b) else None
