@@ -180,6 +180,22 @@ def test_gradient_of_a_frozen_dataclass_is_a_frozen_instance_of_the_same_class()
         g.scale = 1.0
 
 
+def test_tree_flatten_agrees_with_its_paths_and_round_trips():
+    """``flatten`` (the transforms' fast path, which remembers leaf types) gives the leaves and
+    definition ``flatten_with_paths`` gives, and classes (a dataclass's class object included)
+    stay leaves after their instances were seen as containers."""
+    from wengert import tree
+    Point = namedtuple("Point", "x y")
+    for _ in range(2):     # the second pass runs on the leaf-type memo the first filled
+        t = {"b": [Layer(np.ones(2), 1.0), None], "a": (Point(3, np.zeros(1)), Layer, int, "s")}
+        leaves, d = tree.flatten(t)
+        pairs, d2 = tree.flatten_with_paths(t)
+        assert d == d2 and all(a is b for a, (_, b) in zip(leaves, pairs))
+        assert leaves[2] is Layer and leaves[3] is int and len(leaves) == 7
+        back = tree.unflatten(d, leaves)
+        assert type(back["b"][0]) is Layer and back["a"][0] == Point(3, back["a"][0].y)
+
+
 def test_a_function_may_read_only_some_fields():
     params = {"used": np.ones(3), "unused": np.full((2, 2), 7.0, np.float32)}
     g = wg.grad(lambda p: wnp.sum(p["used"] * 2))(params)

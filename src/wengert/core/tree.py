@@ -50,11 +50,16 @@ class FieldName(str):
     __slots__ = ()
 
 
+_LEAF_TYPES = set()   # types seen to be leaves: arrays, scalars, tracers (containerness is a type's)
+
+
 def _children(x):
     """(kind, meta, children, child keys) for a container, or None for a leaf."""
+    t = type(x)
+    if t in _LEAF_TYPES:
+        return None
     if x is None:
         return "none", None, (), ()
-    t = type(x)
     if t is tuple:
         return "tuple", None, x, range(len(x))
     if t is list:
@@ -64,9 +69,10 @@ def _children(x):
         return "dict", keys, tuple(x[k] for k in keys), keys
     if isinstance(x, tuple) and hasattr(t, "_fields"):
         return "namedtuple", t, tuple(x), tuple(FieldName(n) for n in t._fields)
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+    if dataclasses.is_dataclass(t):    # an instance (a dataclass's class object is a leaf)
         names = tuple(f.name for f in dataclasses.fields(x))
         return "dataclass", (t, names), tuple(getattr(x, n) for n in names), tuple(FieldName(n) for n in names)
+    _LEAF_TYPES.add(t)
     return None
 
 
@@ -86,8 +92,18 @@ def flatten_with_paths(tree, path=()):
 
 def flatten(tree):
     """``(leaves, treedef)``; ``unflatten(treedef, leaves)`` rebuilds the tree."""
-    pairs, treedef = flatten_with_paths(tree)
-    return [leaf for _, leaf in pairs], treedef
+    leaves = []
+    return leaves, _flatten_into(tree, leaves)
+
+
+def _flatten_into(x, leaves):
+    """``flatten_with_paths`` without the paths: transforms flatten every output and cotangent."""
+    found = _children(x)
+    if found is None:
+        leaves.append(x)
+        return LEAF
+    kind, meta, children, _ = found
+    return TreeDef(kind, meta, tuple([_flatten_into(c, leaves) for c in children]))
 
 
 def unflatten(treedef, leaves):

@@ -240,6 +240,8 @@ def vjp(f, *primals, has_aux=False):
                 f"vjp_fn: the cotangent's structure {ct_def!r} differs from the output's {rec.out_def!r}"
             )
         for c, o in zip(ct_leaves, rec.out_leaves):
+            if type(c) is np.ndarray and type(o) is np.ndarray and c.shape == o.shape:
+                continue
             if shape_of(c) != shape_of(o):
                 raise ValueError(
                     f"vjp_fn: cotangent of shape {shape_of(c)} for an output of shape {shape_of(o)}"
