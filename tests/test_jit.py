@@ -116,6 +116,23 @@ def test_generated_code_is_deterministic_and_names_the_source_line():
     compile(texts[0], "<test>", "exec")  # the printed program is the Python that runs
 
 
+def test_a_program_lowered_by_a_call_gets_its_comments_by_tracing_again():
+    """A call records no source lines (they cost a stack walk per equation): ``as_text()`` traces
+    once more, recording them, and gives the text a program lowered by ``lower()`` has."""
+    w, x = rng.normal(size=(3, 2)), rng.normal(size=(4, 3))
+    step = wg.jit(wg.value_and_grad(mlp))
+    expected = step(w, x)
+    lowered = step.lower(w, x)
+    assert step.traces == 1 and not lowered.sources
+    assert all(eqn.source is None for eqn in lowered.program.eqns)
+    text = lowered.as_text()
+    assert step.traces == 2 and lowered.sources
+    assert text == wg.jit(wg.value_and_grad(mlp)).lower(w, x).as_text()
+    assert "h = wnp.tanh(x @ w)" in text and "backward of tanh" in text
+    assert step.lower(w, x) is lowered and lowered.as_text() is text and step.traces == 2
+    assert_trees_close(step(w, x), expected)  # the program traced again is the one that runs
+
+
 def test_dead_code_and_common_subexpressions_are_removed():
     def f(x):
         unused = wnp.exp(x)  # noqa: F841

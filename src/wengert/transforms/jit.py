@@ -56,8 +56,8 @@ def _levels_open():
     return bool(open_levels())
 
 
-def _open_staging_level():
-    return open_level(StagingTrace())
+def _open_staging_level(record_sources):
+    return open_level(StagingTrace(record_sources))
 
 
 def _close_staging_level(trace):
@@ -116,9 +116,10 @@ def _user_frame(trace, depth=2):
                 ans = local.get("ans")  # kept by the tape entry: the forward line that made it
                 for value in (ans if type(ans) is tuple or type(ans) is list else (ans,)):
                     while type(value) is Tracer:
-                        if value._trace is trace and trace.sources[value.index] is not None:
-                            filename, line, _ = trace.sources[value.index]
-                            return trace.source(filename, line, note)
+                        if value._trace is trace:
+                            forward = trace.sources.get(value.index)
+                            if forward is not None:
+                                return trace.source(forward[0], forward[1], note)
                         value = value.value
                 return trace.source(None, 0, note)
         frame = frame.f_back
@@ -132,20 +133,23 @@ class StagingTrace(Trace):
     """A jit level: its tracers' values are trace-time samples; operations become equations.
 
     It ``computes`` (bind hands it every operation) and keeps no tape, so Buffers and ``x[idx] = v``
-    update functionally (``write``), as on a forward-mode level.
+    update functionally (``write``), as on a forward-mode level. ``record_sources``: find the user's
+    line of each equation (a walk up the Python stack, about a tenth of staging), which only
+    ``as_text()``'s comments need; a first call does without.
     """
 
-    __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written", "_sources")
+    __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written", "_sources", "record_sources")
     computes = staged = True
 
-    def __init__(self):
+    def __init__(self, record_sources=True):
         super().__init__()
+        self.record_sources = record_sources
         self.inputs = []      # the input arrays: in-place writes into them are refused
         self.written = None   # id(base array) -> the variable of its latest in-place write
         self.guard = _process_instead
         self.eqns = []
         self.vars = []
-        self.sources = []  # per variable: where the equation that defined it was staged
+        self.sources = {}  # variable id -> where the equation that defined it was staged (if recorded)
         self._sources = {}  # each (filename, line, note) once
         self.program_inputs = []
 
@@ -160,7 +164,6 @@ class StagingTrace(Trace):
         else:
             var = _ir.Var(len(self.vars), np.shape(value), np.asarray(value).dtype)
         self.vars.append(var)
-        self.sources.append(None)
         return var
 
     def wrap(self, value, var):
@@ -239,9 +242,13 @@ class StagingTrace(Trace):
         else:
             outs = (self.new_var(ans),)
             result = self.wrap(ans, outs[0])
-        source = _user_frame(self, depth)
-        for o in outs:
-            self.sources[o.id] = source
+        if self.record_sources:
+            source = _user_frame(self, depth)
+            sources = self.sources
+            for o in outs:
+                sources[o.id] = source
+        else:
+            source = None
         self.eqns.append(_ir.Eqn(prim, tuple(operands), p_ops, outs, tuple(uses), source))
         return result
 
@@ -263,9 +270,11 @@ class StagingTrace(Trace):
     def refuse_concrete(self):
         where = _user_frame(self)
         line = ""
-        if where is not None:
+        if where is not None and where[0] is not None:
             text = linecache.getline(where[0], where[1]).strip()
             line = f" at {os.path.basename(where[0])}:{where[1]} ({text})"
+        elif where is not None:
+            line = f" in the {where[2]}"
         raise ConcretizationError(
             f"a value staged by wg.jit is used as a Python value (if/while, bool(), int(), float(), "
             f".item(), an index){line}. The program is traced once and replayed on other inputs, so "
@@ -361,7 +370,7 @@ def _nondiff_staged(call, fn, args, kwargs):
 class Lowered:
     """The staged program for one signature: ``as_text()`` is the Python that runs."""
 
-    def __init__(self, program, code, fn, out_tree, eqns_traced):
+    def __init__(self, program, code, fn, out_tree, eqns_traced, sources=True):
         self.program = program
         self.code = code  # the source compiled: as_text() without the comments
         self.fn = fn
@@ -370,11 +379,22 @@ class Lowered:
         self.vectorized = {}  # the vectorizing pass: equations before and after it, classes batched
         self.timings = {}  # seconds spent tracing, optimizing, generating and compiling it
         self.donated = ()  # positions of the input leaves the program may write into (donate_argnums)
+        self.sources = sources  # were the equations' user lines recorded (the comments of as_text)?
+        self._relower = None  # traces the program again, recording them (set by Jitted.lower)
         self._text = None
 
     def as_text(self):
-        """The program's source, each line with the line of user code it came from."""
+        """The program's source, each line with the line of user code it came from. A program
+        lowered by a call recorded no lines (they cost about a tenth of the first call): it is
+        traced again here, recording them, and that program (the same, for a function without side
+        effects on its tracing) becomes the one this signature runs, so the text is always what runs."""
         if self._text is None:
+            if not self.sources:
+                again = self._relower()
+                self._relower = None
+                self.program, self.code, self.fn, self.out_tree = again.program, again.code, again.fn, again.out_tree
+                self.eqns_traced, self.donated, self.vectorized = again.eqns_traced, again.donated, again.vectorized
+                self.sources = True
             self._text = _ir.annotate(self.code, self.program)
         return self._text
 
@@ -464,7 +484,7 @@ class Jitted:
         cache = self._cache
         entry = cache.get(key)
         if entry is None:
-            entry = self._lower(static, leaves, treedef)
+            entry = self._lower(static, leaves, treedef, sources=False)
             cache[key] = entry
             if len(cache) > self.cache_size:
                 cache.popitem(last=False)
@@ -537,9 +557,11 @@ class Jitted:
         key, static, leaves, treedef = self._signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._lower(static, leaves, treedef)
+            entry = self._cache[key] = self._lower(static, leaves, treedef, sources=True)
             if len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
+        elif not entry.sources:  # lowered by a call: as_text() traces it again for the comments
+            entry._relower = functools.partial(self._lower, static, leaves, treedef, sources=True)
         return entry
 
     def _rebuild(self, static, dyn_args, dyn_kwargs):
@@ -552,16 +574,16 @@ class Jitted:
                 kwargs[where] = value
         return args, kwargs
 
-    def _lower(self, static, leaves, treedef):
+    def _lower(self, static, leaves, treedef, sources):
         # Python's full collections would rescan every equation, Var and tracer again and again as
         # the program grows (about a fifth of a 30k-equation first call): rare while lowering
         with collector_paused():
-            return self._lower_program(static, leaves, treedef)
+            return self._lower_program(static, leaves, treedef, sources)
 
-    def _lower_program(self, static, leaves, treedef):
+    def _lower_program(self, static, leaves, treedef, sources):
         self.traces += 1
         t0 = time.perf_counter()
-        trace = _open_staging_level()
+        trace = _open_staging_level(sources)
         hook = _table.STAGING
         previous = hook[0]
         hook[0] = _nondiff_staged
@@ -603,7 +625,7 @@ class Jitted:
         t3 = time.perf_counter()
         fn, _ = _ir.compile_program(text, namespace, name)
         t4 = time.perf_counter()
-        lowered = Lowered(program, text, fn, out_tree, traced)
+        lowered = Lowered(program, text, fn, out_tree, traced, sources)
         lowered.donated = donated
         lowered.vectorized = stats
         lowered.timings = {"trace": t1 - t0, "optimize": t2 - t1, "generate": t3 - t2, "compile": t4 - t3}
