@@ -478,6 +478,31 @@ def test_in_place_writes_under_jit_of_grad_match_finite_differences():
     assert_trees_close(vg, wg.value_and_grad(written)(np.ones(5)))
 
 
+def test_in_place_writes_under_jit_of_jvp_match_finite_differences():
+    """jvp writes the value in place and the tangent anew; under jit both writes are staged."""
+    step = wg.jit(lambda x, t: wg.jvp(written, (x,), (t,)))
+    for x in (np.linspace(0.2, 1.3, 5), rng.normal(size=5)):   # the second draw reuses the program
+        t = rng.normal(size=5)
+        value, tangent = step(x, t)
+        np.testing.assert_allclose(value, written(x), rtol=1e-12)
+        np.testing.assert_allclose(tangent, central_differences(written, x) @ t, rtol=1e-6, atol=1e-8)
+        assert_trees_close((value, tangent), wg.jvp(written, (x,), (t,)))
+    assert step.traces == 1
+
+
+def test_in_place_writes_under_jit_of_jvp_refuse_stale_views_and_inputs():
+    with pytest.raises(wg.InPlaceWriteError, match="view"):
+        wg.jit(lambda x: wg.jvp(lambda y: wnp.sum(_write_after(y, lambda z: z[0:2])), (x,), (x,)))(
+            rng.normal(size=5))
+
+    def into_input(y):
+        y[0] = 1.0
+        return y
+    inner = rng.normal(size=3)
+    with pytest.raises(wg.InPlaceWriteError, match="input"):
+        wg.jit(lambda x: wg.jvp(into_input, (x * 2.0,), (x,)))(inner)
+
+
 @pytest.mark.parametrize("f, match", [
     (lambda x: wnp.sum(_write_after(x, lambda y: wnp.sin(y))), "sin saved"),
     (lambda x: wnp.sum(_write_after(x, lambda y: y[0:2])), "view"),

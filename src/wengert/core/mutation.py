@@ -49,7 +49,7 @@ def memory_of(value):
     return root(value)
 
 
-def _staged_or_plain(value):
+def staged_or_plain(value):
     """Is ``value`` plain, or a jit-staged tracer of a plain value (a write into it is staged)?"""
     return type(value) is not Tracer or (value._trace.staged and type(value.value) is not Tracer)
 
@@ -146,7 +146,7 @@ def _record_write(x, index, value, write_prim):
     trace = x._trace
     array = x.value   # under jit(grad(f)): a staged tracer, whose own write jit stages
     ours = type(value) is Tracer and value._trace is trace
-    if not _staged_or_plain(array) or not _staged_or_plain(value.value if ours else value):
+    if not staged_or_plain(array) or not staged_or_plain(value.value if ours else value):
         if is_batched(x) or is_batched(value):
             raise BatchedInPlaceWriteError(
                 "an in-place write into values that vmap batches, under another transform")

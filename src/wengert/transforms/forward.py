@@ -23,7 +23,8 @@ import numpy as np
 
 from ..core import namespace, tree
 from ..core.errors import LeakedTracerError, NoDerivativeError
-from ..core.mutation import ADVICE, InPlaceWriteError, check_not_stale, refuse_writes_into_inputs, root
+from ..core.mutation import (ADVICE, InPlaceWriteError, check_not_stale, memory_of, refuse_writes_into_inputs,
+                             staged_or_plain)
 from ..core.trace import Trace, Tracer, apply, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
 from .. import numpy as wnp
@@ -83,22 +84,25 @@ class JVPTrace(Trace):
         return out
 
     def write(self, x, index, value):
-        """``x[index] = value``: the value is written in place (NumPy's meaning), the tangent anew."""
-        memory = root(x.value)
-        if not isinstance(x.value, np.ndarray) or type(x.value) is Tracer:
+        """``x[index] = value``: the value is written in place (NumPy's meaning), the tangent anew.
+        Under ``jit(jvp(f))`` the value is jit's staged tracer, whose own write jit stages."""
+        array = x.value
+        ours = type(value) is Tracer and value._trace is self
+        plain = value.value if ours else value
+        if not staged_or_plain(array) or not staged_or_plain(plain):
+            raise InPlaceWriteError("In-place writes are supported under a single transform only "
+                                    "(jit(jvp(f)) is fine: jit stages the write). " + ADVICE)
+        memory = memory_of(array)
+        if not isinstance(memory, np.ndarray):
             raise InPlaceWriteError("Item assignment needs an array of this transform; " + ADVICE)
         refuse_writes_into_inputs(self, memory)
         if self.written is None:
             self.written = {}
         else:
             check_not_stale(self, (x,), _setitem_name)
-        ours = type(value) is Tracer and value._trace is self
-        plain = value.value if ours else value
-        if type(plain) is Tracer or type(x.value) is Tracer:
-            raise InPlaceWriteError("In-place writes are supported under a single transform only. " + ADVICE)
-        x.value[index] = plain
-        old = x.aux if x.aux is not None else np.zeros_like(x.value)
-        new = value.aux if ours else np.zeros((), x.value.dtype)
+        array[index] = plain
+        old = x.aux if x.aux is not None else np.zeros(shape_of(array), dtype_of(array))
+        new = value.aux if ours else np.zeros((), dtype_of(array))
         x.aux = scatter_set(old, new, index=index)
         self.count += 1
         x.index = self.count
