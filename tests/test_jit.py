@@ -208,6 +208,59 @@ def test_grad_of_jit_is_one_primitive_traced_once_per_signature():
     wg.check_grads(loss, (x, y))                    # finite differences, through the jitted VJP
 
 
+# --- indices a program computes (argsort, argmax) with plain operands: the level holding them runs
+# the indexing. A constant tangent, or a Hessian's seed, is a plain array indexed by a staged index.
+def _weights(n):
+    return np.arange(1.0, n + 1.0)
+
+
+def _buffer_at_computed_places(x):
+    b = wg.Buffer.zeros(x.shape)
+    order = wnp.argsort(x)
+    for k in range(3):
+        b[order[k]] = x[k] ** 2
+    return wnp.sum(b.freeze() * _weights(x.size))
+
+
+INDEX_PROGRAMS = {
+    "read": lambda x: wnp.sum(x[wnp.argsort(x)] ** 2 * _weights(x.size)),
+    "at.set": lambda x: wnp.sum(x.at[wnp.argsort(x)[:3]].set(x[:3] ** 2) * _weights(x.size)),
+    "at.add": lambda x: wnp.sum(x.at[wnp.argsort(x)[:3]].add(x[:3] ** 2) ** 2),
+    "take_along_axis": lambda x: wnp.sum(wnp.take_along_axis(x, wnp.argsort(x), 0) ** 3 * _weights(x.size)),
+    "sort": lambda x: wnp.sum(wnp.sort(x) ** 2 * _weights(x.size)),
+    "argmax": lambda x: x[wnp.argmax(x)] ** 3,
+    "Buffer": _buffer_at_computed_places,
+}
+INDEX_TRANSFORMS = {
+    "jit(jvp), constant tangent": lambda f, x, t: wg.jit(lambda x: wg.jvp(f, (x,), (t,)))(x),
+    "jvp(jit)": lambda f, x, t: wg.jvp(wg.jit(f), (x,), (t,)),
+    "vmap(jvp), constant tangent": lambda f, x, t: tuple(
+        r[0] for r in wg.vmap(lambda x: wg.jvp(f, (x,), (t,)))(np.stack([x, x]))),
+    "jit(hessian) @ t": lambda f, x, t: wg.jit(wg.hessian(f))(x) @ t,
+}
+
+
+@pytest.mark.parametrize("transform", INDEX_TRANSFORMS, ids=str)
+@pytest.mark.parametrize("name", INDEX_PROGRAMS, ids=str)
+def test_indices_the_program_computes_index_plain_operands_under_jit_and_vmap(name, transform):
+    f = INDEX_PROGRAMS[name]
+    for x in (np.array([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]), rng.normal(size=6)):   # two orders
+        t = rng.normal(size=6)
+        got = INDEX_TRANSFORMS[transform](f, x, t)
+        want = wg.hessian(f)(x) @ t if transform.startswith("jit(hessian)") else wg.jvp(f, (x,), (t,))
+        assert_trees_close(got, want, rtol=1e-9)
+
+
+def test_at_multiply_with_computed_indices_runs_under_jit_and_is_refused_only_when_differentiated():
+    f = lambda x: wnp.sum(x.at[wnp.argsort(x)[:3]].multiply(x[:3] ** 2))
+    x = np.array([3.0, 1.0, 2.0, 6.0, 5.0, 4.0])
+    want = x.copy()
+    np.multiply.at(want, np.argsort(x)[:3], x[:3] ** 2)
+    assert_trees_close(wg.jit(f)(x), want.sum())
+    with pytest.raises(NotImplementedError, match="static argument"):
+        wg.jit(wg.grad(f))(x)
+
+
 def test_second_order_jvp_and_hessian_of_jit():
     x = rng.normal(size=5)
     fj = wg.jit(f_sin)

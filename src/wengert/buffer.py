@@ -12,7 +12,7 @@ import numpy as np
 
 from .core import namespace
 from .core.mutation import InPlaceWriteError
-from .core.trace import Tracer, make_tracer, unbox
+from .core.trace import Tracer, levels_of, make_tracer, unbox
 from .numpy._methods import clean_index
 from .primitives import elementwise as E
 from .primitives.scatter import buffer_snapshot, has_duplicates, index_add, scatter_multiply, scatter_set
@@ -187,12 +187,17 @@ class _IndexUpdates:
         return scatter_set(self.array, E.maximum(self.get(), values), index=self.index)
 
     def _refuse_duplicates(self, name, values):
-        traced = type(self.array) is Tracer or type(values) is Tracer
+        traced = _differentiated(self.array) or _differentiated(values)
         shape = self.array.shape if type(self.array) is Tracer else np.shape(self.array)  # one example's under vmap
         if traced and has_duplicates(self.index, shape):
             raise NotImplementedError(
                 f"x.at[idx].{name}(v) with repeated indices is not differentiable in wengert; "
                 "make the indices unique (np.unique) or combine the values first")
+
+
+def _differentiated(x):
+    """Is ``x`` traced by a level that differentiates (not only jit's staging, which needs no rule)?"""
+    return any(not t.staged for t in levels_of(x))
 
 
 class _At:

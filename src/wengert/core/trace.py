@@ -272,13 +272,16 @@ def unbox(x):
     return x
 
 
+def levels_of(x):
+    """The levels tracing ``x``, outermost first (its chain of tracers)."""
+    while type(x) is Tracer:
+        yield x._trace
+        x = x.value
+
+
 def is_batched(x):
     """Does ``x`` carry a vmap level's batch axes (a level with hidden axes in its chain of tracers)?"""
-    while type(x) is Tracer:
-        if x._trace.hidden_axes:
-            return True
-        x = x.value
-    return False
+    return any(t.hidden_axes for t in levels_of(x))
 
 
 def shape_of(x):
@@ -342,6 +345,18 @@ def _names_read(fn):
         else:
             values.update(names)
     return values, metadata - values
+
+
+def index_level(index):
+    """The level whose values an index holds where that level has to run the indexing itself: a
+    vmap level (indices that differ per example) or a jit level (indices the program computes);
+    None for a plain index, or one only a differentiating level traces."""
+    found = None
+    for i in (index if type(index) is tuple else (index,)):
+        if type(i) is Tracer and (i._trace.hidden_axes or i._trace.staged):
+            if found is None or i._trace.level > found.level:
+                found = i._trace
+    return found
 
 
 class Primitive:
@@ -454,6 +469,10 @@ class Primitive:
                 if params and type(self.impl) is _ufunc:
                     return _traced_ufunc_call(self, args, params)
                 return bind(self, args, params)
+        if params and "index" in params:   # plain operands, but maybe an index vmap batches or jit stages
+            level = index_level(params["index"])
+            if level is not None:
+                return level.process(self, args, list(args), (), params)
         return self.impl(*args, **params)
 
     def __repr__(self):

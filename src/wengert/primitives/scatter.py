@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.namespace import copy as _copy
-from ..core.trace import Tracer, is_batched, unbox
+from ..core.trace import Tracer, index_level, is_batched, unbox
 from ._batching import NeedsLoop, batched_index, broadcast_batch, one_batch_axis, pad_rank, shape as _shape
 from ._table import defprim, unbroadcast
 from .shape import is_basic, getitem, index_add, reshape
@@ -18,7 +18,7 @@ from .shape import is_basic, getitem, index_add, reshape
 
 def _zero_at(g, index):
     """``g`` with the positions ``index`` set to zero (a new array; differentiable)."""
-    if type(g) is Tracer:
+    if type(g) is Tracer or index_level(index) is not None:   # traced, or indices jit/vmap holds
         return scatter_set(g, np.zeros((), unbox(g).dtype), index=index)
     out = _copy(g)   # in g's namespace: a Dask or CuPy cotangent stays one
     out[index] = 0
@@ -127,8 +127,15 @@ def has_duplicates(index, shape):
     """True when an advanced ``index`` selects some element more than once."""
     if is_basic(index):
         return False
-    if any(is_batched(i) for i in (index if type(index) is tuple else (index,))):
+    parts = index if type(index) is tuple else (index,)
+    if any(is_batched(i) for i in parts):
         raise NeedsLoop("indices that differ per example (checked for duplicates one example at a time)")
+    if any(type(i) is Tracer and i._trace.staged for i in parts):
+        raise NotImplementedError(
+            "x.at[idx].multiply/min/max(v) differentiated under wg.jit with indices the program "
+            "computes or takes as an argument: whether they repeat (repeats are not differentiable) "
+            "is known only when the program runs. Pass the indices as a static argument (a tuple of "
+            "ints, wg.jit(f, static_argnums=...)) or build the result with x.at[idx].set(...)")
     flat = np.arange(int(np.prod(shape))).reshape(shape)[index].ravel()
     return len(np.unique(flat)) != len(flat)
 

@@ -12,7 +12,7 @@ import numpy as np
 from ..core.backward import is_basic, indexed_cotangent
 from ..core.namespace import copy as _copy_of, is_foreign, namespace, result_type, scatter_add
 from ..core.namespace import broadcast_to as _broadcast_in_namespace, zeros as _zeros_like_in
-from ..core.trace import Tracer, dtype_of, unbox
+from ..core.trace import Tracer, dtype_of, index_level, unbox
 from ._batching import (axis_rule, broadcast_to_rule, diagonal_embed_rule, diagonal_rule, getitem_rule, index_add_rule,
                         join_rule, pad_rule, reshape_rule, roll_rule, transpose_rule, unary_rule)
 from ._table import defprim, unbroadcast
@@ -147,20 +147,11 @@ def _scatter_base(shape, dtype, g):
 def _getitem_vjp(g, ans, x, index):
     if type(g) is Tracer:   # a real x may receive a complex cotangent (docs/complex.md): zeros of both kinds
         return index_add(_scatter_base(x.shape, x.dtype, unbox(g)), g, index=index)
-    level = _batch_level_of(index)
+    level = index_level(index)
     if level is not None:   # indices that differ per example (vmap) or per call (jit): that level scatters
         zeros = _scatter_base(x.shape, x.dtype, g)
         return level.process(index_add, (zeros, g), [zeros, g], (), {"index": index})
     return indexed_cotangent(index, g, x.shape, x.dtype)
-
-
-def _batch_level_of(index):
-    """The vmap level of an index that differs per example (a batched tracer in it), or the jit
-    staging level of an index computed by the staged program; None for a plain index."""
-    for i in (index if type(index) is tuple else (index,)):
-        if type(i) is Tracer and (i._trace.hidden_axes or i._trace.staged):
-            return i._trace
-    return None
 
 
 getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True, batch=getitem_rule, batched_vjp=True)

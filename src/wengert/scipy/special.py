@@ -13,7 +13,7 @@ import numpy as np
 import scipy.special as sc
 
 from ..core.errors import NoDerivativeError
-from ..core.trace import Tracer, unbox
+from ..core.trace import Tracer, levels_of, unbox
 from ..numpy import _functions as F
 from ..primitives import elementwise as E
 from ..primitives._table import batch_elementwise, defprim, defunary, elementwise_constant, nondiff, staged, unbroadcast
@@ -127,11 +127,7 @@ def polygamma(n, x):
 
 def _only_batched(x):
     """Is ``x`` traced by vmap levels only (integer orders batched by vmap, not differentiated)?"""
-    while type(x) is Tracer:
-        if not x._trace.hidden_axes:
-            return False
-        x = x.value
-    return True
+    return all(t.hidden_axes for t in levels_of(x))
 
 
 gamma = defunary(sc.gamma, lambda g, ans, x: g * ans * digamma(x), name="scipy.special.gamma")
