@@ -17,6 +17,7 @@ import pytest
 
 import wengert as wg
 import wengert.numpy as wnp
+from wengert.primitives.contractions import _contraction
 
 
 # --- arguments: a shape and a domain ------------------------------------------------------------
@@ -243,8 +244,10 @@ EINSUMS = [  # subscripts, operand shapes
     ("i...->...", [(3, 2, 2)]), ("...i,...i->...", [(2, 3), (2, 3)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
     ("i,i,i->", [(4,), (4,), (4,)]), ("ii,i->i", [(3, 3), (3,)]), ("bij,bjk->bik", [(2, 2, 3), (2, 3, 2)]),
     ("ij,kl->ijkl", [(2, 2), (2, 3)]),
+    # above the small-contraction size, batched contractions are lowered to np.matmul
+    ("wik,wjk->ijk", [(24, 8, 8), (24, 6, 8)]), ("kaib,kbj->jkia", [(3, 4, 5, 24), (3, 24, 6)]),
 ]
-EINSUM_ORDER2 = {"ij,jk->ik", "ii->i", "...ij,...jk->...ik", "ij,jk,kl->il", "ij,k->i"}
+EINSUM_ORDER2 = {"ij,jk->ik", "ii->i", "...ij,...jk->...ik", "ij,jk,kl->il", "ij,k->i", "wik,wjk->ijk"}
 for _subs, _shapes in EINSUMS:
     case(f"einsum {_subs}", (lambda s: lambda *ops: wnp.einsum(s, *ops))(_subs), *[real(*s) for s in _shapes],
          order2=_subs in EINSUM_ORDER2)
@@ -1045,3 +1048,10 @@ def test_var_and_std_of_complex_values_are_real():
     assert out.dtype == np.var(z).dtype == np.float64
     np.testing.assert_allclose(out, np.var(z))
     np.testing.assert_allclose(wg.vjp(wnp.std, z)[0], np.std(z))
+
+
+def test_large_batched_einsums_in_the_table_take_the_matmul_path():
+    """The table's big batched contractions exercise the np.matmul lowering, not opt_einsum's."""
+    for subscripts, shapes in EINSUMS[-2:]:
+        plan = _contraction(subscripts, tuple(shapes))
+        assert plan.__name__ == "contract", (subscripts, plan)
