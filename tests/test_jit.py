@@ -261,6 +261,21 @@ def test_at_multiply_with_computed_indices_runs_under_jit_and_is_refused_only_wh
         wg.jit(wg.grad(f))(x)
 
 
+def test_a_primitive_named_like_the_program_does_not_call_the_program():
+    """checkpoint's custom_vjp function is called ``run``, like grad(jit(f))'s VJP program: the
+    generated module names them apart (the program called itself with the primitive's keywords)."""
+    f = lambda x: wnp.sum(wg.checkpoint(lambda y: wnp.sin(y) ** 2)(x))
+    x = rng.normal(size=5)
+    assert_trees_close(wg.grad(wg.jit(f))(x), wg.grad(f)(x))
+
+    @wg.custom_vjp
+    def square(x):
+        return x * x
+    square.defvjp(lambda x: (x * x, x), lambda x, g: (2.0 * x * g,))
+    assert_trees_close(wg.jit(square)(x), x * x)   # the program is named after the function
+    assert_trees_close(wg.grad(lambda x: wnp.sum(wg.jit(square)(x)))(x), 2.0 * x)
+
+
 def test_second_order_jvp_and_hessian_of_jit():
     x = rng.normal(size=5)
     fj = wg.jit(f_sin)

@@ -334,6 +334,7 @@ def generate(program, getitem, name="program"):
     indexing primitive) is written as Python subscription.
     """
     names = _Names()
+    names.namespace[name] = None   # taken by the program itself: a primitive of that name is renamed
     var_names = {}
     for k, v in enumerate(program.inputs):
         var_names[v.id] = f"x{k}"
