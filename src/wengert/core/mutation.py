@@ -58,44 +58,81 @@ def _scan_saved(trace):
     """Bring ``trace.saved`` (memory that tape entries keep for their values) up to date.
 
     Incremental: each entry is read once, at the first write after it was recorded. Most entries
-    keep no array for its values (dropped, Metadata, plain numbers), so the loop only tests types.
+    keep no array for its values (dropped, Metadata, plain numbers), so the loop only tests types;
+    an array's memory is found without a call in the common cases (it owns its memory, or its base
+    does).
     """
     saved = trace.saved
     if saved is None:
         saved = trace.saved = {}
     tape = trace.tape
     end = len(tape)
+    ndarray = np.ndarray
     for i in range(trace.scanned, end):
         prim, args, ans, params, parents = tape[i]
         if prim is None:
             continue
+        name = None
         if ans is not None:
             for a in (ans if prim.multiple_results else (ans,)):
                 if type(a) is Tracer:   # under jit: the staged value's sample
                     a = memory_of(a)
-                if isinstance(a, np.ndarray):
+                if isinstance(a, ndarray):
                     saved.setdefault(id(root(a)), prim.name)
         if args:
             flags = prim.value_args
-            for k, a in enumerate(args):
-                if type(a) is Tracer:
+            k = -1
+            for a in args:
+                k += 1
+                if a is None or (flags is not None and k < len(flags) and not flags[k]):
+                    continue
+                kind = type(a)
+                if kind is ndarray:
+                    base = a.base
+                    if base is not None:
+                        a = base if type(base) is ndarray and base.base is None else root(base)
+                elif kind is Tracer:
                     a = memory_of(a)
-                if isinstance(a, np.ndarray) and (flags is None or k >= len(flags) or flags[k]):
-                    saved.setdefault(id(root(a)), prim.name)
+                    if not isinstance(a, ndarray):
+                        continue
+                elif isinstance(a, ndarray):
+                    a = root(a)
+                else:
+                    continue
+                if name is None:
+                    name = prim.name
+                saved.setdefault(id(a), name)
     trace.scanned = end
+
+
+def memory_key(value):
+    """``id(memory_of(value))``, without a call in the common cases (an array that owns its memory,
+    or whose base does)."""
+    if type(value) is np.ndarray:
+        base = value.base
+        if base is None:
+            return id(value)
+        if type(base) is np.ndarray and base.base is None:
+            return id(base)
+    return id(memory_of(value))
 
 
 def check_not_stale(trace, args, prim):
     """Refuse to use a view that was made before an in-place write into its memory."""
+    written = trace.written
     for a in args:
         if type(a) is Tracer and a._trace is trace:
-            written_at = trace.written.get(id(memory_of(a.value)))
+            written_at = written.get(memory_key(a.value))
             if written_at is not None and a.index < written_at:
-                raise InPlaceWriteError(
-                    f"{prim.name} uses a view of an array that was changed in place after the view was "
-                    "made; the view's gradient would flow to the old values. Take the view again after "
-                    "the write, or copy it before the write (v = x[...].copy()). " + ADVICE
-                )
+                _refuse_stale(prim)
+
+
+def _refuse_stale(prim):
+    raise InPlaceWriteError(
+        f"{prim.name} uses a view of an array that was changed in place after the view was "
+        "made; the view's gradient would flow to the old values. Take the view again after "
+        "the write, or copy it before the write (v = x[...].copy()). " + ADVICE
+    )
 
 
 def stale_guard(trace, args, prim):
@@ -104,8 +141,10 @@ def stale_guard(trace, args, prim):
     that a write overtook, so the common case costs one comparison per argument."""
     last = trace.last_write
     for a in args:
-        if type(a) is Tracer and a._trace is trace and a.index < last:
-            check_not_stale(trace, (a,), prim)
+        if type(a) is Tracer and a.index < last and a._trace is trace:
+            written_at = trace.written.get(memory_key(a.value))
+            if written_at is not None and a.index < written_at:
+                _refuse_stale(prim)
 
 
 def refuse_writes_into_inputs(trace, memory):
@@ -146,17 +185,21 @@ def _record_write(x, index, value, write_prim):
     trace = x._trace
     array = x.value   # under jit(grad(f)): a staged tracer, whose own write jit stages
     ours = type(value) is Tracer and value._trace is trace
-    if not staged_or_plain(array) or not staged_or_plain(value.value if ours else value):
-        if is_batched(x) or is_batched(value):
-            raise BatchedInPlaceWriteError(
-                "an in-place write into values that vmap batches, under another transform")
-        raise InPlaceWriteError(
-            "In-place writes are supported under a single transform only (not inside grad of grad, "
-            "jvp of grad or grad inside vmap; jit(grad(f)) is fine: jit stages the write). " + ADVICE)
-    memory = memory_of(array)
-    if not isinstance(memory, np.ndarray):
-        raise InPlaceWriteError("Item assignment needs an array; " + ADVICE)
-    key = id(memory)
+    plain_value = value.value if ours else value
+    if type(array) is np.ndarray and type(plain_value) is not Tracer and array.base is None:
+        key = id(array)   # the common case: a plain array that owns its memory
+    else:
+        if not staged_or_plain(array) or not staged_or_plain(plain_value):
+            if is_batched(x) or is_batched(value):
+                raise BatchedInPlaceWriteError(
+                    "an in-place write into values that vmap batches, under another transform")
+            raise InPlaceWriteError(
+                "In-place writes are supported under a single transform only (not inside grad of grad, "
+                "jvp of grad or grad inside vmap; jit(grad(f)) is fine: jit stages the write). " + ADVICE)
+        memory = memory_of(array)
+        if not isinstance(memory, np.ndarray):
+            raise InPlaceWriteError("Item assignment needs an array; " + ADVICE)
+        key = id(memory)
     if key in _input_memory(trace):
         _refuse_input()
     if trace.scanned < len(trace.tape):
@@ -172,7 +215,6 @@ def _record_write(x, index, value, write_prim):
         trace.guard = stale_guard
     elif x.index < trace.last_write:
         check_not_stale(trace, (x,), write_prim)
-    plain_value = value.value if ours else value
     array[index] = plain_value
     shape = plain_value.shape if type(plain_value) is np.ndarray or type(plain_value) is Tracer \
         else np.shape(plain_value)

@@ -84,7 +84,15 @@ def _getitem(self, index):
 
 def _setitem(self, index, value):
     """``x[index] = value``: NumPy's meaning, recorded as one write (``core/mutation.py``)."""
-    write_in_place(self, clean_index(index), value, write)
+    t = type(index)
+    if t is tuple:
+        for i in index:
+            if type(i) not in _PLAIN_INDEX:
+                index = clean_index(index)
+                break
+    elif t is not int and t is not slice:
+        index = clean_index(index)
+    write_in_place(self, index, value, write)
 
 
 def _len(self):
