@@ -227,6 +227,62 @@ def test_stale_view_is_refused_when_used():
         wg.grad(f)(np.ones((2, 2)))
 
 
+def test_buffer_of_element_writes_with_overwrites_negative_indices_and_constants():
+    """A snapshot whose writes each set one element takes one gather in its backward pass: the
+    latest write of a position gets its cotangent, overwritten ones and the base there get none."""
+    def f(x):
+        n, m = x.shape
+        buf = wg.Buffer(x * 1.0)                 # a traced base; its last column is never written
+        for i in range(n):
+            for j in range(m - 1):
+                buf[i, j] = x[i, j] * x[(i + 1) % n, j]
+        buf[0, 1] = 3.0                          # a constant overwrites a traced write
+        buf[-1, -2] = wnp.sin(x[0, 0])           # a negative index overwrites another
+        buf[2, 0] = x[1, 1] ** 3
+        return wnp.sum(buf.freeze() ** 2)
+    wg.check_grads(f, (rng.standard_normal((4, 3)),))
+
+    def one_dim(x):
+        buf = wg.Buffer.zeros(5)
+        for i in range(5):
+            buf[i] = x[i] * x[4 - i]
+        buf[(2,)] = x[0] * 2.0                   # buf[i,] is the same element as buf[i]
+        return wnp.sum(buf.freeze() * wnp.arange(1.0, 6.0))
+    wg.check_grads(one_dim, (rng.standard_normal(5),))
+
+
+def test_writes_into_an_array_only_its_tracer_holds_keep_every_refusal():
+    """A write into memory that nothing but its tracer holds skips the checks (no view of it and no
+    tape entry keeping it can exist); the checks still run once a view or a saved value appears."""
+    def stale(x):
+        y = x + 0.0
+        y[0, 0] = 1.0            # nothing else holds y's memory
+        view = y[1]
+        y[1, 1] = 5.0            # the view now holds it: checked, and the view goes stale
+        return wnp.sum(view)
+    with pytest.raises(InPlaceWriteError, match="view"):
+        wg.grad(stale)(np.ones((2, 2)))
+
+    def saved(x):
+        y = x * 2.0
+        y[0] = 1.0
+        s = wnp.sin(y)           # sin keeps y for its gradient
+        y[1] = 2.0
+        return wnp.sum(s)
+    with pytest.raises(InPlaceWriteError, match="sin saved"):
+        wg.grad(saved)(np.ones(3))
+
+    def loop(x):                 # 80 elements: reads keep only out's shape, so most writes skip the checks
+        n = len(x)
+        out = wnp.zeros(n) + 0.0 * x[0]
+        for i in range(n):
+            out[i] = x[i] * x[(i + 1) % n]
+            if i % 7 == 0:
+                out[i] = out[i] * 3.0 + out[i - 1]   # overwrite, reading values written before
+        return wnp.sum(out * out)
+    wg.check_grads(loop, (rng.standard_normal(80),))
+
+
 def test_writing_into_the_callers_array_is_refused():
     x = np.ones(3)
     with pytest.raises(InPlaceWriteError, match="input"):

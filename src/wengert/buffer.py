@@ -69,7 +69,13 @@ class Buffer:
     def __setitem__(self, index, value):
         if self._frozen:
             raise InPlaceWriteError("This Buffer was frozen (freeze() or wnp.asarray); write into a new Buffer.")
-        if type(index) is not int:
+        kind = type(index)
+        if kind is tuple:
+            for i in index:
+                if type(i) is not int and type(i) is not slice:
+                    index = clean_index(index)
+                    break
+        elif kind is not int:
             index = clean_index(index)
         if self._functional is not None:
             self._functional = scatter_set(self._functional, value, index=index)

@@ -138,7 +138,7 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
         prim, args, ans, params, parents = tape[i]
         if prim is None:
             continue
-        if not prim.batched_vjp and _carries_a_batch(g):
+        if type(g) is not _ndarray and not prim.batched_vjp and _carries_a_batch(g):
             # inside vmap, a cotangent with a batch axis reached a rule not checked on batched values
             # (vmap runs the function once per example instead)
             raise NeedsLoop(f"the VJP rule of {prim.name} is not checked on vmap's batched values")
@@ -159,6 +159,11 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                     g = np.array(g)
                 for (position, parent), c in zip(parents, prim.owned_vjp(g, ans, args, params, parents)):
                     if c is not None:
+                        if inline and cts[parent] is None and type(c) is _ndarray:
+                            cts[parent] = c   # a first contribution, stored as it is (owned if it is g)
+                            if c is g:
+                                owned[parent] = 1
+                            continue
                         fresh = cts[parent] is None
                         accumulate(cts, owned, parent, c)
                         if fresh and c is g:
@@ -172,15 +177,33 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                         accumulate(cts, owned, parent, c)
             continue
         rules = prim._vjp
+        size = -1 if params else len(args)   # positional calls spelled out for the common sizes
         for position, parent in parents:
-            c = rules[position](g, ans, *args, **params)
+            if size == 2:
+                c = rules[position](g, ans, args[0], args[1])
+            elif size == 1:
+                c = rules[position](g, ans, args[0])
+            else:
+                c = rules[position](g, ans, *args, **params)
             if c is not None:
-                # accumulate's first case, inlined: an array's first contribution is stored as it is
-                if inline and cts[parent] is None and type(c) is not tuple and type(c) is not _Select:
-                    cts[parent] = c
-                else:
-                    accumulate(cts, owned, parent, c)
+                if inline:
+                    # accumulate's commonest cases, inlined: an array's first contribution is stored
+                    # as it is; a later one is added into the buffer the pass owns
+                    kind = type(c)
+                    old = cts[parent]
+                    if old is None:
+                        if kind is not tuple and kind is not _Select:
+                            cts[parent] = c
+                            continue
+                    elif kind is _ndarray and owned[parent] and type(old) is _ndarray:
+                        try:
+                            np.add(old, c, out=old)
+                            continue
+                        except TypeError:   # a complex contribution into a real buffer: accumulate's
+                            pass
+                accumulate(cts, owned, parent, c)
     return cts
 
 
 _ACCUMULATE = accumulate
+_ndarray = np.ndarray

@@ -14,10 +14,12 @@ Three situations would make such a write give a silently wrong gradient; each ra
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .errors import LeakedTracerError, NeedsLoop, WengertError
-from .trace import Tracer, is_batched
+from .trace import Tracer, _new, is_batched
 
 
 class InPlaceWriteError(WengertError, RuntimeError):
@@ -169,6 +171,27 @@ def _input_memory(trace):
     return cached[1]
 
 
+def _references(x):
+    """How many references the value of tracer ``x`` has (``sys.getrefcount``, read the same way
+    here and in the calibration below)."""
+    return sys.getrefcount(x.value)
+
+
+def _calibrate():
+    """The count ``_references`` gives for an array that only its tracer holds, or None when this
+    interpreter does not count one more for one more holder (then the fast path is off)."""
+    probe = _new(Tracer)
+    probe.value = np.zeros(1)
+    alone = _references(probe)
+    extra = probe.value
+    counted = _references(probe) == alone + 1
+    del extra
+    return alone if counted else None
+
+
+_ALONE = _calibrate()
+
+
 def write_in_place(x, index, value, write_prim):
     """``x[index] = value`` for a tracer ``x``: mutate its memory and record the write."""
     trace = x._trace
@@ -182,6 +205,28 @@ def write_in_place(x, index, value, write_prim):
 
 
 def _record_write(x, index, value, write_prim):
+    trace = x._trace
+    array = x.value
+    if type(array) is np.ndarray and array.base is None and _references(x) == _ALONE + 1:
+        # Only x holds this memory (the one more reference is ``array`` above): no view of it exists
+        # and no tape entry kept it, so the write can neither make a view stale nor change what a
+        # rule saved, and it is not an input's. Nothing to scan or check (the loop ``out[i] = v``).
+        ours = type(value) is Tracer and value._trace is trace
+        plain_value = value.value if ours else value
+        if type(plain_value) is not Tracer:
+            array[index] = plain_value
+            tape = trace.tape
+            last = len(tape)
+            tape.append((write_prim, [None, None], None,
+                         {"index": index, "value_shape": plain_value.shape if type(plain_value) is np.ndarray
+                          else np.shape(plain_value)},
+                         ((0, x.index), (1, value.index)) if ours else ((0, x.index),)))
+            x.index = last
+            return
+    return _checked_write(x, index, value, write_prim)
+
+
+def _checked_write(x, index, value, write_prim):
     trace = x._trace
     array = x.value   # under jit(grad(f)): a staged tracer, whose own write jit stages
     ours = type(value) is Tracer and value._trace is trace

@@ -635,8 +635,18 @@ def bind(prim, args, params):
         trace.guard(trace, args, prim)
         if trace.observe is not None:
             return trace.observe.operation(trace, prim, args, vals, parents, params)
-    # the rest is apply_and_record, written out: this is the hot path
-    ans = prim(*vals, **params) if nested else prim.impl(*vals, **params)
+    # the rest is apply_and_record, written out: this is the hot path (positional calls spelled
+    # out: a call with ``*vals, **params`` builds a tuple and a dict on every operation)
+    if nested:
+        ans = prim(*vals, **params)
+    elif params:
+        ans = prim.impl(*vals, **params)
+    elif n == 2:
+        ans = prim.impl(vals[0], vals[1])
+    elif n == 1:
+        ans = prim.impl(vals[0])
+    else:
+        ans = prim.impl(*vals)
     if not prim.records:
         return ans
     plans = prim.plans

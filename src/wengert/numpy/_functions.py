@@ -16,6 +16,7 @@ from ..core.errors import NoDerivativeError
 from ..core.namespace import is_foreign as _is_foreign
 from ..core.namespace import refuse_data_dependent as _refuse_data_dependent
 from ..core.trace import Tracer, unbox
+from ..core.trace import bind as _bind
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
 from ..primitives import reductions as R
@@ -50,6 +51,9 @@ def traceable(np_fn):
     def decorate(fn):
         @functools.wraps(np_fn)
         def call(*args, **kwargs):
+            n = len(args)
+            if n and type(args[0]) is Tracer and (n == 1 or n == 2 and type(args[1]) is Tracer):
+                return fn(*args, **kwargs)   # the commonest calls, np.sum(x, ...), np.inner(u, v): no lists
             if _has_tracer(args, kwargs):
                 return fn(*[asarray(a) if type(a) in (list, tuple) and contains_tracer(a) else a
                             for a in args], **kwargs)
@@ -135,10 +139,11 @@ def clip(a, a_min=_NO_VALUE, a_max=_NO_VALUE, out=None, *, min=_NO_VALUE, max=_N
 # --- reductions ----------------------------------------------------------------------------------
 @traceable(np.sum)
 def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NO_VALUE, where=_NO_VALUE):  # noqa: A001
-    _unsupported("sum", out=out, initial=initial, where=where)
+    if out is not None or initial is not _NO_VALUE or where is not _NO_VALUE:
+        _unsupported("sum", out=out, initial=initial, where=where)
     if dtype is not None:
         a = astype(a, dtype)
-    return R.sum_(a, axis=_norm_axis(axis, _ndim(a)), keepdims=keepdims)
+    return R.sum_(a, axis=None if axis is None else _norm_axis(axis, _ndim(a)), keepdims=keepdims)
 
 
 def _count(a, axis):
@@ -260,7 +265,7 @@ def dot(a, b, out=None):
     """``np.dot``; on two traced arrays it goes straight to the primitive (a hot path in loops)."""
     if type(a) is Tracer:
         if type(b) is Tracer and out is None:
-            return C.dot(a, b)
+            return _bind(C.dot, (a, b), {}) if C.dot.rewrite is None else C.dot(a, b)
     elif type(b) is not Tracer:
         return np.dot(a, b, out)
     _unsupported("dot", out=out)
@@ -476,8 +481,9 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
 
 @_sequence_traceable(np.stack)
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
-    _unsupported("stack", out=out, dtype=dtype)
-    arrays = [as_traced_operand(a) for a in arrays]
+    if out is not None or dtype is not None:
+        _unsupported("stack", out=out, dtype=dtype)
+    arrays = [a if type(a) is Tracer else as_traced_operand(a) for a in arrays]
     shape = _shape(arrays[0])
     for a in arrays:
         if _shape(a) != shape:

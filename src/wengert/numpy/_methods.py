@@ -78,8 +78,9 @@ def _getitem(self, index):
     tape = trace.tape
     # the rule reads only the parent's shape and dtype: a large parent is not kept alive for it
     kept = Metadata(value) if type(value) is np.ndarray and value.size > SMALL else value
+    out = make_tracer(value[index], trace, len(tape))   # indexed first: an IndexError records nothing
     tape.append((S.getitem, [kept], None, {"index": index}, ((0, self.index),)))
-    return make_tracer(value[index], trace, len(tape) - 1)
+    return out
 
 
 def _setitem(self, index, value):
@@ -215,7 +216,8 @@ def _shape(self):
     value = self.value
     t = type(value)
     shape = value.shape if t is Tracer or t is np.ndarray else np.shape(value)
-    return shape[self._trace.hidden_axes:]  # at a vmap level: one example's shape
+    hidden = self._trace.hidden_axes
+    return shape[hidden:] if hidden else shape  # at a vmap level: one example's shape
 
 
 # Python numbers from traced values (the rule: numpy/_conversions.py). Each is called by Python or
@@ -293,7 +295,7 @@ def install(wnp):
         """``a @ b``: two traced operands of one or more dimensions go straight to the primitive
         (the hot operation of per-column loops); everything else through ``wnp.matmul``'s checks."""
         if type(other) is Tracer and len(self.shape) and len(other.shape):
-            return C.matmul(self, other)
+            return bind(C.matmul, (self, other), {}) if C.matmul.rewrite is None else C.matmul(self, other)
         return wnp.matmul(self, other)
 
     T.__matmul__ = matmul_op

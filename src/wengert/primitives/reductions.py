@@ -53,9 +53,12 @@ def _small(shape):
 
 # The array methods are NumPy's functions without their dispatch layer: the same results in half
 # the time on small arrays, where every operation's fixed cost counts.
+_add_reduce = np.add.reduce
+
+
 def _sum(x, axis=None, keepdims=False):
-    if type(x) is np.ndarray:
-        return x.sum(axis=axis, keepdims=keepdims)
+    if type(x) is np.ndarray:   # ndarray.sum's own body, without its Python-level layer
+        return _add_reduce(x, axis=axis, keepdims=keepdims)
     if is_foreign(x):   # unbroadcast's sum, in the operand's namespace (core/namespace.py)
         return namespace(x).sum(x, axis=axis, keepdims=keepdims)
     return np.sum(x, axis=axis, keepdims=keepdims)

@@ -140,6 +140,41 @@ def has_duplicates(index, shape):
     return len(np.unique(flat)) != len(flat)
 
 
+def _element_writes_vjp(g, writes, shape, base_traced):
+    """``_freeze_vjp`` when every write set one element (``buf[t, b] = v``, ``v`` 0-d; the loop
+    spelling): one gather of ``g`` at all written positions, zero where a later write overwrote
+    the position, instead of a few NumPy calls per write. None when some write is of another kind."""
+    ndim = len(shape)
+    for index, position, value_shape in writes:
+        if type(index) is tuple:
+            if len(index) != ndim:
+                return None
+            for i in index:
+                if type(i) is not int:
+                    return None
+        elif type(index) is not int or ndim != 1:
+            return None
+        if position is not None and value_shape != ():
+            return None
+    n = len(writes)
+    if ndim == 1:   # buf[i] or buf[i,]
+        coords = np.array([i if type(i) is int else i[0] for i, _, _ in writes], dtype=np.intp).reshape(n, 1)
+    else:
+        coords = np.array([w[0] for w in writes], dtype=np.intp).reshape(n, ndim)
+    flat = np.ravel_multi_index(tuple(coords.T), shape, mode="wrap")   # negative indices wrap as in NumPy
+    latest = np.zeros(n, bool)   # the newest write of each position (the others were overwritten)
+    latest[n - 1 - np.unique(flat[::-1], return_index=True)[1]] = True
+    pieces = np.ascontiguousarray(g).reshape(-1)[flat]
+    pieces[~latest] = 0
+    traced = [k for k, w in enumerate(writes) if w[1] is not None]
+    out = list(pieces if len(traced) == n else pieces[traced])
+    if base_traced:
+        base = np.array(g, copy=True)
+        base.reshape(-1)[flat] = 0
+        out.insert(0, base)
+    return out
+
+
 def _freeze_vjp(g, ans, args, params, parents):
     """Cotangents of a Buffer snapshot: base, then each traced write; overwritten parts get none.
 
@@ -147,6 +182,10 @@ def _freeze_vjp(g, ans, args, params, parents):
     cost is the number of elements written plus one pass over ``g`` for the base.
     """
     writes = params["writes"]
+    if writes and type(g) is np.ndarray:
+        out = _element_writes_vjp(g, writes, params["shape"], params["base_traced"])
+        if out is not None:
+            return out
     claimed = np.zeros(params["shape"], bool)
     out = []
     for index, position, value_shape in reversed(writes):
