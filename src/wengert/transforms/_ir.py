@@ -15,8 +15,11 @@ no tape and no rule lookups, only the NumPy calls the gradient needs.
 from __future__ import annotations
 
 import builtins
+import collections
+import itertools
 import keyword
 import linecache
+import operator
 import os
 import re
 
@@ -94,12 +97,11 @@ def dce(program):
     live = {v for v in program.outputs if type(v) is Var}
     kept = []
     update = live.update
+    disjoint = live.isdisjoint
     for eqn in reversed(program.eqns):
-        for o in eqn.outs:
-            if o in live:
-                kept.append(eqn)
-                update(eqn.uses)
-                break
+        if not disjoint(eqn.outs):
+            kept.append(eqn)
+            update(eqn.uses)
     kept.reverse()
     return Program(program.inputs, kept, program.outputs)
 
@@ -124,8 +126,14 @@ def _key(x):
             u = type(v)
             if u is Var or u is int or v is None:
                 parts.append(v)
-            elif u is slice and _plain_slice(v):
-                parts.append(("slice", v.start, v.stop, v.step))
+            elif u is slice:
+                a, b, c = v.start, v.stop, v.step
+                if (a is None or type(a) is int) and (b is None or type(b) is int) and (c is None or type(c) is int):
+                    parts.append(("slice", a, b, c))
+                else:
+                    parts.append(_key(v))
+            elif u is np.ndarray:
+                parts.append(("id", id(v)))
             else:
                 parts.append(_key(v))
         return (t, tuple(parts))
@@ -142,6 +150,21 @@ def _key(x):
     if isinstance(x, (np.ndarray, np.generic, np.dtype, type)) or callable(x):
         return ("id", id(x))
     raise _Unhashable
+
+
+def _params_key(params):
+    """``_key`` of a parameter dict (keys in its order: equal dicts in another order are kept twice),
+    with the common values (ints, strings, None, bools, Vars) keyed inline."""
+    items = []
+    for k, v in params.items():
+        t = type(v)
+        if t is int or t is str or v is None or t is Var:
+            items.append((k, v))
+        elif t is bool:
+            items.append((k, (bool, v)))
+        else:
+            items.append((k, _key(v)))
+    return tuple(items)
 
 
 def _plain_slice(s):
@@ -167,7 +190,7 @@ def cse(program):
             else:
                 args_key = _key(args)
             params = eqn.params
-            key = (eqn.prim, args_key, _key(params) if params else None)
+            key = (eqn.prim, args_key, _params_key(params) if params else None)
         except _Unhashable:
             kept.append(eqn)
             continue
@@ -504,6 +527,10 @@ def hoist_reads(program, scatter_set, getitem):
     return Program(program.inputs, order, program.outputs)
 
 
+_ID = operator.attrgetter("id")
+_USES = operator.attrgetter("uses")
+
+
 def _all_zero(a):
     """Is the constant ``a`` all zeros? A broadcast scalar (no strides) is read at one element."""
     if a.size and not any(a.strides):
@@ -514,18 +541,15 @@ def _all_zero(a):
 def fold_indexed_adds(program, index_add, add):
     """``t = index_add(zeros, g, i); s = add(acc, t)`` (t read once) becomes ``s = index_add(acc, g, i)``:
     the backward pass of a column read adds into the accumulated cotangent, not via a dense zero array."""
-    counts = {}
-    for eqn in program.eqns:
-        for v in eqn.uses:
-            counts[v.id] = counts.get(v.id, 0) + 1
-    for v in program.outputs:
-        if type(v) is Var:
-            counts[v.id] = counts.get(v.id, 0) + 1
     scattered = {}
     for eqn in program.eqns:
-        if eqn.prim is index_add and type(eqn.args[0]) is np.ndarray and counts.get(eqn.outs[0].id) == 1 \
-                and _all_zero(eqn.args[0]):
+        if eqn.prim is index_add and type(eqn.args[0]) is np.ndarray and _all_zero(eqn.args[0]):
             scattered[eqn.outs[0].id] = eqn
+    if not scattered:
+        return program
+    counts = collections.Counter(map(_ID, itertools.chain.from_iterable(map(_USES, program.eqns))))
+    counts.update(v.id for v in program.outputs if type(v) is Var)
+    scattered = {i: eqn for i, eqn in scattered.items() if counts[i] == 1}
     if not scattered:
         return program
     folded = set()  # the scatters now done by the add that read them (their one use): dropped

@@ -212,25 +212,28 @@ class StagingTrace(Trace):
         operands, values = [], []
         variables = self.vars
         for a in args:
-            if type(a) is Tracer and a._trace is self:
+            t = type(a)
+            if t is Tracer and a._trace is self:
                 var = variables[a.index]
                 uses.append(var)
                 operands.append(var)
                 values.append(a.value)
-            else:
+            elif t is Tracer or t is tuple or t is list or t is slice:
                 op, val = self._split(a, uses)
                 operands.append(op)
                 values.append(val)
+            else:  # a constant
+                operands.append(a)
+                values.append(a)
         p_ops, p_vals = params, params
         if params:
             for k, v in params.items():
-                if type(v) is Tracer or type(v) is tuple or type(v) is list:
-                    n = len(uses)
+                t = type(v)
+                if t is Tracer or (t is tuple or t is list) and _holds_tracer(v):  # else: a constant
                     op, val = self._split(v, uses)
-                    if len(uses) > n:
-                        if p_ops is params:
-                            p_ops, p_vals = dict(params), dict(params)
-                        p_ops[k], p_vals[k] = op, val
+                    if p_ops is params:
+                        p_ops, p_vals = dict(params), dict(params)
+                    p_ops[k], p_vals[k] = op, val
         if prim is getitem and len(uses) > 1:
             _refuse_value_dependent_shape(p_ops["index"])
         ans = prim.impl(*values, **p_vals)
@@ -240,8 +243,13 @@ class StagingTrace(Trace):
             outs = tuple(self.new_var(a) for a in ans)
             result = tuple(self.wrap(a, o) for a, o in zip(ans, outs))
         else:
-            outs = (self.new_var(ans),)
-            result = self.wrap(ans, outs[0])
+            if type(ans) is np.ndarray:  # new_var's common case, inline
+                var = _ir.Var(len(variables), ans.shape, ans.dtype)
+                variables.append(var)
+            else:
+                var = self.new_var(ans)
+            outs = (var,)
+            result = make_tracer(ans, self, var.id)
         if self.record_sources:
             source = _user_frame(self, depth)
             sources = self.sources
@@ -281,6 +289,20 @@ class StagingTrace(Trace):
             "a branch on this value would be baked in. Mark the argument it comes from static "
             "(wg.jit(f, static_argnums=...) or static_argnames=...), or compute both branches and "
             "choose with wnp.where(condition, a, b).")
+
+
+def _holds_tracer(x):
+    """Does the tuple or list ``x`` (an index, a shape) hold a tracer, at any depth?"""
+    for v in x:
+        t = type(v)
+        if t is Tracer:
+            return True
+        if t is tuple or t is list:
+            if _holds_tracer(v):
+                return True
+        elif t is slice and (type(v.start) is Tracer or type(v.stop) is Tracer or type(v.step) is Tracer):
+            return True
+    return False
 
 
 def _process_instead(trace, args, prim):  # pragma: no cover - bind calls ``process`` instead
