@@ -138,7 +138,8 @@ class StagingTrace(Trace):
     ``as_text()``'s comments need; a first call does without.
     """
 
-    __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written", "_sources", "record_sources")
+    __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written", "last_write", "_sources",
+                 "record_sources")
     computes = staged = True
 
     def __init__(self, record_sources=True):
@@ -146,6 +147,7 @@ class StagingTrace(Trace):
         self.record_sources = record_sources
         self.inputs = []      # the input arrays: in-place writes into them are refused
         self.written = None   # id(base array) -> the variable of its latest in-place write
+        self.last_write = 0   # the variable of the latest in-place write into any array
         self.guard = _process_instead
         self.eqns = []
         self.vars = []
@@ -201,7 +203,11 @@ class StagingTrace(Trace):
         if not self.alive:
             raise LeakedTracerError(prim.name)
         if self.written is not None:
-            check_not_stale(self, args, prim)
+            # only a value made before the latest write can be a view that a write overtook
+            last = self.last_write
+            for a in args:
+                if type(a) is Tracer and a._trace is self and a.index < last:
+                    check_not_stale(self, (a,), prim)
         return self.stage(prim, args, params, 4)
 
     def stage(self, prim, args, params, depth=3):
@@ -273,7 +279,7 @@ class StagingTrace(Trace):
         new = self.stage(scatter_set, (x, value), {"index": index})
         x.value[index] = value.value if type(value) is Tracer else value
         x.index = new.index
-        self.written[id(memory)] = x.index
+        self.written[id(memory)] = self.last_write = x.index
 
     def refuse_concrete(self):
         where = _user_frame(self)
