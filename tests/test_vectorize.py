@@ -11,6 +11,7 @@ import pytest
 
 import wengert as wg
 import wengert.numpy as wnp
+from wengert.primitives.shape import _zeros_view
 from wengert.transforms import _vectorize
 
 import test_jit
@@ -315,3 +316,74 @@ def test_vectorize_false_keeps_the_program_and_counts_are_reported():
 def test_every_table_row_with_small_classes_vectorized(name, monkeypatch):
     monkeypatch.setattr(_vectorize, "MIN_GROUP", 2)
     test_jit.test_every_table_row_under_jit_grad_and_jvp_equals_eager(name)
+
+
+# --- grids: dot products of gathered columns as one matmul, scatters with repeats as sums ----------
+def _count(lowered, name):
+    return sum(1 for e in lowered.program.eqns if e.prim.name == name)
+
+
+def test_affine_index_arrays_and_their_joint_grid():
+    k, j, i = np.meshgrid(np.arange(5), np.arange(3), np.arange(4), indexing="ij")   # lanes (k, j, i)
+    rows = (4 * k + i).ravel()                       # rows of a (k, i) class read by every lane
+    assert _vectorize._affine(rows) == (0, [(5, 4), (3, 0), (4, 1)])
+    assert _vectorize._affine(np.arange(12)[::-1]) == (11, [(12, -1)])
+    assert _vectorize._affine(np.array([0, 2, 1, 3])) == (0, [(2, 1), (2, 2)])
+    assert _vectorize._affine(np.array([0, 1, 3, 2])) is None
+    grid, starts, steps = _vectorize._joint_grid([rows, (3 * k + j).ravel()])
+    assert grid == (5, 3, 4) and starts == [0, 0] and steps == [(4, 0, 1), (3, 1, 0)]
+    assert _vectorize._joint_grid([rows, np.random.default_rng(0).permutation(60)]) is None
+
+
+@pytest.mark.parametrize("spelling", ["@", "np.dot", "np.sum(u*v)", "np.inner"])
+def test_pairwise_dots_of_columns_are_one_matmul(spelling):
+    dot = workloads.dot_spelling(wnp, spelling)
+    x, y = rng.normal(size=(6, 9)), rng.normal(size=(6, 8))
+    wts = rng.normal(size=(9, 8))
+
+    def f(x, y):
+        return wnp.sum(wnp.stack([wnp.stack([dot(x[:, i], y[:, j]) for j in range(8)]) for i in range(9)]) * wts)
+
+    lowered = vectorized_like_eager(f, x, y, argnums=(0, 1))
+    assert _count(lowered, "grid_dot") == 1
+    assert _count(lowered, "einsum") == 0
+    fd_check(f, (x, y), argnum=1)
+
+
+def test_dots_of_scattered_pairs_keep_their_gathers():
+    x, y = rng.normal(size=(6, 10)), rng.normal(size=(6, 10))
+    pairs = [(int(a), int(b)) for a, b in np.random.default_rng(3).integers(0, 10, size=(N, 2))]
+
+    def f(x, y):
+        return wnp.sum(wnp.stack([wnp.dot(x[:, a], y[:, b]) for a, b in pairs]) ** 2)
+
+    lowered = vectorized_like_eager(f, x, y, argnums=(0, 1))
+    assert _count(lowered, "grid_dot") == 0
+
+
+def test_repeated_reads_on_a_grid_scatter_their_cotangents_by_sums():
+    x = rng.normal(size=(4, 8, 3))
+
+    def f(x):   # every column x[:, i, k] read by 4 lanes j: its cotangent sums 4 terms
+        return wnp.sum(wnp.stack([wnp.sum(wnp.sin(x[:, i, k]) * (j + 1.0)) for k in range(3) for j in range(4)
+                                  for i in range(8)]) ** 2)
+
+    lowered = vectorized_like_eager(f, x)
+    assert _count(lowered, "grid_add") >= 1 and _count(lowered, "scatter_add") == 0
+    fd_check(f, (x,))
+
+
+@pytest.mark.parametrize("base", ["zeros", "values"])
+def test_grid_add_matches_add_at(base):
+    r = np.random.default_rng(4)
+    shape = (3, 5, 4)
+    k, j, i = np.meshgrid(np.arange(4), np.arange(2), np.arange(5), indexing="ij")
+    columns = [(4 - i).ravel(), k.ravel()]           # reversed along axis 1, a repeat over j
+    values = r.normal(size=(3, columns[0].size))
+    index = (slice(None), columns[0], columns[1])
+    plan = _vectorize._grid_add_plan(index, [1, 2], columns, shape, 1)
+    assert plan is not None and plan.summed == (1,)
+    start = _zeros_view(shape, np.float64) if base == "zeros" else r.normal(size=shape)
+    expected = np.array(start, copy=True)
+    np.add.at(expected, index, values)
+    np.testing.assert_allclose(_vectorize._grid_add(start, values, plan), expected, rtol=1e-12)
