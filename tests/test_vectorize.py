@@ -387,3 +387,47 @@ def test_grid_add_matches_add_at(base):
     expected = np.array(start, copy=True)
     np.add.at(expected, index, values)
     np.testing.assert_allclose(_vectorize._grid_add(start, values, plan), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("spelling", ["loop[Buffer, np.dot]", "loop[lists+stack, np.sum(u*v)]", "loop[in-place, @]"])
+def test_seed_000_loop_becomes_matmuls_forward_and_backward(spelling):
+    n, w, r, b = 8, 5, 9, 2   # a and b of different shapes: their column reads are two classes
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.normal(size=(n, r, b))
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)[spelling]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    assert _count(lowered, "grid_dot") == 1 and _count(lowered, "einsum") == 0
+    # each column's cotangent: the lanes' g * v summed per column, one matmul per term, no (n, w) products
+    assert _count(lowered, "grid_rowsum") >= 4
+    assert not any(e.prim.name == "multiply" and e.outs[0].shape == (n * r * b, w) for e in lowered.program.eqns)
+    fd_check(lambda a: f(a, bb, wts), (a,))
+
+
+def test_rowsum_plan_against_a_loop():
+    r = np.random.default_rng(5)
+    k, j, i = np.meshgrid(np.arange(3), np.arange(4), np.arange(5), indexing="ij")
+    gidx, ridx = (20 * k + 5 * j + i).ravel(), (4 * k + j).ravel()      # lanes (k, j, i); rows of s per (k, j)
+    group = (5 * k + i).ravel()                                       # summed over j, per (k, i)
+    g, s = r.normal(size=60), r.normal(size=(12, 7))
+    plan = _vectorize._rowsum_plan(gidx, ridx, [group])
+    expected = np.zeros((15, 7))
+    np.add.at(expected, group, g[gidx][:, None] * s[ridx])
+    np.testing.assert_allclose(_vectorize._grid_rowsum(g, s, plan), expected, rtol=1e-12)
+
+
+def test_a_class_read_in_reverse_scatters_its_cotangent_as_a_view():
+    x = rng.normal(size=(3, 4, N))
+
+    def f(x):   # the forward reads columns in order, the batched backward meets them reversed
+        return wnp.sum(wnp.stack([wnp.tanh(x[:, :, i]) * (i + 1.0) for i in range(N)]) ** 2)
+
+    lowered = vectorized_like_eager(f, x)
+    assert _count(lowered, "index_add") == 0
+    fd_check(f, (x,))
+
+
+@pytest.mark.parametrize("index, whole", [((slice(None), slice(None, None, -1)), True),
+                                          ((slice(1, None),), False), ((slice(None, None, 2),), False),
+                                          ((slice(None), slice(3, None, -1)), True)])
+def test_whole_slices(index, whole):
+    assert _vectorize._whole(index, (3, 4)) is whole

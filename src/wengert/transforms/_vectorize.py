@@ -45,7 +45,7 @@ from ..primitives._batching import elementwise_rule
 from ..primitives.elementwise import add
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
-from ..primitives.shape import getitem, index_add, reshape, stack, transpose
+from ..primitives.shape import broadcast_to, getitem, index_add, reshape, stack, transpose
 from ._ir import Eqn, Program, Var, _InPlace, dce, fold_indexed_adds, substitute
 
 MIN_GROUP = 8  # smaller classes stay as they are: a batched call and its gathers cost about what a few small calls do
@@ -842,7 +842,8 @@ def vectorize(program, trace_type, stats=None):
         for v in program.outputs:
             if type(v) is Var:
                 emit.need(v)
-        result = contract_lanes(dce(Program(program.inputs, emit.out, program.outputs)))
+        result = dce(Program(program.inputs, emit.out, program.outputs))
+        result = scatters_into_zeros_as_views(contract_cotangents(contract_lanes(result), fresh))
     if stats is not None:
         stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
                      batched=sum(len(m) for m in groups))
@@ -915,7 +916,7 @@ class _Plan:
         self.__dict__.update(kw)
 
     def __repr__(self):
-        return "plan(" + ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if not isinstance(v, np.ndarray)) + ")"
+        return "plan(" + ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k != "columns") + ")"
 
 
 def _rows_view(x, start, axes_steps):
@@ -963,16 +964,18 @@ def _dot_plan(rx, ry, w):
                  broadcast=len(present) < len(grid), grid=tuple(grid))
 
 
-def _lane_rows(v, producers, n):
-    """(source, rows) when ``v`` (n, w) is rows of a 2-d array: ``source[rows]`` or ``v`` itself."""
+def _lane_rows(v, producers, n, ndim=2):
+    """(source, rows) when ``v`` (n, ...) is rows of an array of ``ndim`` axes: ``source[rows]``, or
+    ``v`` itself and every row."""
     eqn = producers.get(v.id)
-    if eqn is not None and eqn.prim is getitem and type(eqn.args[0]) is Var and len(eqn.args[0].shape) == 2:
+    if eqn is not None and eqn.prim is getitem and type(eqn.args[0]) is Var and len(eqn.args[0].shape) == ndim:
         index = eqn.params["index"]
         index = index if type(index) is tuple else (index,)
         if len(index) == 1:
             i = index[0]
             source = eqn.args[0]
-            if type(i) is np.ndarray and i.ndim == 1 and i.dtype.kind in "iu" and len(i) == n:
+            if type(i) is np.ndarray and i.ndim == 1 and i.dtype.kind in "iu" and len(i) == n \
+                    and n and 0 <= i.min() and i.max() < source.shape[0]:   # a negative index counts from the end
                 return source, i
             if type(i) is slice and all(type(p) is not Var for p in (i.start, i.stop, i.step)):
                 rows = np.arange(source.shape[0])[i]
@@ -1087,4 +1090,215 @@ def _grid_add_plan(index, positions, columns, shape, lane):
             row[a] = s[g]
         per_axis.append(tuple(row))
     return _Plan(lane=lane, grid=tuple(grid), summed=summed, offset=tuple(offset),
-                 kept=tuple(grid[a] for a in kept), steps=tuple(per_axis))
+                 kept=tuple(grid[a] for a in kept), steps=tuple(per_axis), columns=tuple(columns),
+                 positions=tuple(positions), ndim=len(shape))
+
+
+# --- 5. cotangents of gathered rows: sums of products over the grid, as matmuls --------------------
+# The backward pass of a lane's ``dot(u, v)`` gives u the rows ``g * v`` (n, w): one product per
+# lane, gathered again and summed per column of u (a stack of one class's terms, or a scatter-add
+# into the cotangent). Over a grid those sums are one matmul of the lanes' cotangents g and the
+# rows v, never the (n, w) products.
+def _grid_rowsum(g, s, plan):
+    """``out[q] = sum over the lanes l of group q of g[gi(l)] * s[si(l)]`` (rows of ``s``), for
+    ``gi``, ``si`` and the groups affine in a grid of the lanes: a matmul of strided views, the grid
+    axes s does not depend on summed out of g first. Rows of the result in the groups' order."""
+    gv = np.lib.stride_tricks.as_strided(g[plan.gstart:], plan.gshape, tuple(k * g.strides[0] for k in plan.gsteps),
+                                         writeable=False)
+    gm = gv.reshape(plan.nb, plan.nf, plan.nc, -1).sum(axis=3) if plan.presum else gv.reshape(plan.nb, plan.nf, plan.nc)
+    sv = np.lib.stride_tricks.as_strided(s[plan.sstart:], plan.sshape + s.shape[1:],
+                                         tuple(k * s.strides[0] for k in plan.ssteps) + s.strides[1:], writeable=False)
+    sm = sv.reshape(plan.nb, plan.nc, -1)
+    out = gm * sm if plan.nc == 1 else np.matmul(gm, sm)   # nc == 1: an outer product per batch
+    return out.reshape(plan.split + s.shape[1:]).transpose(plan.perm).reshape((plan.rows,) + s.shape[1:])
+
+
+GRID_ROWSUM = _InPlace("grid_rowsum", _grid_rowsum)
+
+
+def _rowsum_plan(gidx, ridx, groups):
+    """The plan of ``_grid_rowsum`` for the lanes' indices into g (``gidx``), into the rows
+    (``ridx``) and the arrays that tell the groups apart (``groups``, their steps decide which grid
+    axes are kept), or None where they are not affine in one grid."""
+    got = _joint_grid([gidx, ridx] + list(groups))
+    if got is None:
+        return None
+    grid, starts, steps = got
+    gsteps, ssteps = steps[0], steps[1]
+    axes = range(len(grid))
+    kept = [a for a in axes if any(st[a] for st in steps[2:])]
+    batch = [a for a in kept if ssteps[a]]
+    free = [a for a in kept if not ssteps[a]]
+    contracted = [a for a in axes if a not in kept and ssteps[a]]
+    presum = [a for a in axes if a not in kept and not ssteps[a]]
+    size = lambda sel: int(np.prod([grid[a] for a in sel], dtype=np.int64))  # noqa: E731
+    order = batch + free + contracted + presum
+    split = batch + free
+    return _Plan(gstart=starts[0], gshape=tuple(grid[a] for a in order), gsteps=tuple(gsteps[a] for a in order),
+                 sstart=starts[1], sshape=tuple(grid[a] for a in batch + contracted),
+                 ssteps=tuple(ssteps[a] for a in batch + contracted), nb=size(batch), nf=size(free),
+                 nc=size(contracted), presum=bool(presum), split=tuple(grid[a] for a in split),
+                 perm=tuple(split.index(a) for a in sorted(split)) + (len(split),), rows=size(kept), kept=tuple(kept),
+                 grid=tuple(grid), steps=steps)
+
+
+def _lane_column(v, producers, n):
+    """(g, gidx) when ``v`` is lane scalars as a column: ``reshape(g[gidx], (n, 1))``, perhaps broadcast."""
+    eqn = producers.get(v.id)
+    if eqn is not None and eqn.prim is broadcast_to:
+        v = eqn.args[0]
+        if type(v) is not Var:
+            return None
+        eqn = producers.get(v.id)
+    if eqn is None or eqn.prim is not reshape or v.shape != (n, 1) or type(eqn.args[0]) is not Var \
+            or eqn.args[0].shape != (n,):
+        return None
+    g = eqn.args[0]
+    made = producers.get(g.id)
+    if made is not None and made.prim is getitem and type(made.args[0]) is Var and len(made.args[0].shape) == 1:
+        return _lane_rows(g, producers, n, ndim=1)
+    return g, np.arange(n)
+
+
+def _lane_terms(v, producers, n):
+    """``v`` (n, w) as a sum of lane products ``g[gidx] * s[ridx]``: [(g, gidx, s, ridx)], or None."""
+    eqn = producers.get(v.id)
+    if eqn is None:
+        return None
+    if eqn.prim is add and len(eqn.args) == 2 and all(type(a) is Var and a.shape == v.shape for a in eqn.args):
+        left, right = (_lane_terms(a, producers, n) for a in eqn.args)
+        return None if left is None or right is None else left + right
+    if eqn.prim.name != "multiply" or len(eqn.args) != 2 or not all(type(a) is Var for a in eqn.args):
+        return None
+    for col, row in (eqn.args, eqn.args[::-1]):
+        found = _lane_column(col, producers, n)
+        if found is not None and row.shape == v.shape and row.dtype == v.dtype == found[0].dtype:
+            source, rows = _lane_rows(row, producers, n)
+            return [(found[0], found[1], source, rows)]
+    return None
+
+
+def _rowsum_eqns(eqn, terms, lanes, groups, shape, fresh):
+    """``eqn`` (a per-group sum of ``terms``, see ``_grouped_rows``) as one ``_grid_rowsum`` per term
+    and their sum (then, for a scatter, one GRID_ADD of the groups' rows), or None."""
+    plans = [_rowsum_plan(gidx[lanes], ridx[lanes], groups) for _, gidx, _, ridx in terms]
+    if any(p is None for p in plans):
+        return None
+    w = terms[0][2].shape[1:]
+    rows = (plans[0].rows,) + w
+    dtype = eqn.outs[0].dtype
+    if (shape is not None and rows != shape) or any(p.rows != plans[0].rows for p in plans) \
+            or any(s.shape[1:] != w or s.dtype != dtype or g.dtype != dtype for g, _, s, _ in terms):
+        return None
+    total = eqn.outs[0] if shape is not None else fresh(rows, dtype)
+    made, acc = [], None
+    for k, ((g, _, s, _), plan) in enumerate(zip(terms, plans)):
+        last = k == len(terms) - 1
+        part = total if last and acc is None else fresh(rows, dtype)
+        made.append(_eqn(GRID_ROWSUM, (g, s), {"plan": plan}, (part,), eqn.source))
+        if acc is not None:
+            summed = total if last else fresh(rows, dtype)
+            made.append(_eqn(add, (acc, part), {}, (summed,), eqn.source))
+            part = summed
+        acc = part
+    if shape is None:   # the groups' rows written at their positions
+        old, first = eqn.params["plan"], plans[0]
+        steps = []
+        for a in first.kept:
+            row = [0] * old.ndim
+            for p, st in zip(old.positions, first.steps[2:]):
+                row[p] = st[a]
+            steps.append(tuple(row))
+        plan = _Plan(lane=0, grid=tuple(first.grid[a] for a in first.kept), summed=(), offset=old.offset,
+                     kept=tuple(first.grid[a] for a in first.kept), steps=tuple(steps), columns=None,
+                     positions=old.positions, ndim=old.ndim)
+        made.append(_eqn(GRID_ADD, (eqn.args[0], total), {"plan": plan}, eqn.outs, eqn.source))
+    return made
+
+
+def _grouped_rows(eqn, producers):
+    """(V, lanes, groups, shape) when ``eqn`` sums lane rows per group: ``sum(reshape(V[lanes], (m, r,
+    w)), axis=1)`` (a stack of one class's terms summed), or the scatter-add of V's rows into a
+    cotangent (GRID_ADD; the groups are its positions)."""
+    if eqn.prim is sum_ and eqn.params.get("axis") in ((1,), 1) and not eqn.params.get("keepdims") \
+            and type(eqn.args[0]) is Var and len(eqn.args[0].shape) == 3:
+        r3 = producers.get(eqn.args[0].id)
+        if r3 is None or r3.prim is not reshape or type(r3.args[0]) is not Var or len(r3.args[0].shape) != 2:
+            return None
+        m, r, w = eqn.args[0].shape
+        if r3.args[0].shape != (m * r, w):
+            return None
+        v, lanes = _lane_rows(r3.args[0], producers, m * r)
+        return v, lanes, [np.arange(m * r) // r], (m, w)
+    if eqn.prim is GRID_ADD and type(eqn.args[1]) is Var and len(eqn.args[1].shape) == 2:
+        plan, values = eqn.params["plan"], eqn.args[1]
+        if plan.lane == 1:
+            moved = producers.get(values.id)
+            if moved is None or moved.prim is not transpose or tuple(moved.params["axes"]) != (1, 0) \
+                    or type(moved.args[0]) is not Var:
+                return None
+            values = moved.args[0]
+            same = producers.get(values.id)
+            if same is not None and same.prim is reshape and type(same.args[0]) is Var \
+                    and same.args[0].shape == values.shape:
+                values = same.args[0]
+        n = values.shape[0]
+        return values, np.arange(n), list(plan.columns), None
+    return None
+
+
+def contract_cotangents(program, fresh):
+    """Sums of lane products per group (see ``_grid_rowsum``) as matmuls over the grid."""
+    producers = {}
+    for eqn in program.eqns:
+        for o in eqn.outs:
+            producers[o.id] = eqn
+    out, changed = [], False
+    for eqn in program.eqns:
+        found = _grouped_rows(eqn, producers)
+        if found is not None:
+            v, lanes, groups, shape = found
+            terms = _lane_terms(v, producers, v.shape[0]) if len(v.shape) == 2 else None
+            if terms is not None:
+                new = _rowsum_eqns(eqn, terms, lanes, groups, shape, fresh)
+                if new is not None:
+                    out.extend(new)
+                    changed = True
+                    continue
+        out.append(eqn)
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+# --- 6. a cotangent scattered into zeros over every element: a view ----------------------------------
+def _whole(index, shape):
+    """Whether the basic ``index`` (slices only) selects every element of ``shape``, in order or
+    reversed along each axis: then ``zeros[index] = v`` is ``v[index]``."""
+    index = index if type(index) is tuple else (index,)
+    if len(index) > len(shape) or any(type(i) is not slice for i in index):
+        return False
+    for i, n in zip(index, shape):
+        if any(type(p) is Var for p in (i.start, i.stop, i.step)):
+            return False
+        start, stop, step = i.indices(n)
+        if step not in (1, -1) or len(range(start, stop, step)) != n:
+            return False
+    return True
+
+
+def _is_zeros_view(x):
+    return type(x) is np.ndarray and x.size and not any(x.strides) and not x.flat[0]
+
+
+def scatters_into_zeros_as_views(program):
+    """``index_add(zeros, v, index)`` that writes every element once (slices in order or reversed,
+    the shape of v) is ``v[index]``, a view: the batched backward of a class read in reverse order."""
+    out, changed = [], False
+    for eqn in program.eqns:
+        if eqn.prim is index_add and _is_zeros_view(eqn.args[0]) and type(eqn.args[1]) is Var \
+                and eqn.args[1].shape == eqn.args[0].shape and eqn.args[1].dtype == eqn.args[0].dtype \
+                and _whole(eqn.params["index"], eqn.args[0].shape):
+            out.append(_eqn(getitem, (eqn.args[1],), {"index": eqn.params["index"]}, eqn.outs, eqn.source))
+            changed = True
+            continue
+        out.append(eqn)
+    return Program(program.inputs, out, program.outputs) if changed else program
