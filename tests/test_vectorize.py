@@ -431,3 +431,15 @@ def test_a_class_read_in_reverse_scatters_its_cotangent_as_a_view():
                                           ((slice(None), slice(3, None, -1)), True)])
 def test_whole_slices(index, whole):
     assert _vectorize._whole(index, (3, 4)) is whole
+
+
+def test_the_backward_reuses_the_forwards_stack_of_distinct_operands():
+    xs = [rng.normal(size=(3, 4)) for _ in range(N)]
+    m = rng.normal(size=(5, 3))
+
+    def f(m, xs):   # N different arrays, one class: the forward stacks them, the backward needs them again
+        return wnp.sum(wnp.stack([wnp.tanh(m @ x) for x in xs]) ** 2)
+
+    lowered = vectorized_like_eager(f, m, xs)
+    assert sum(1 for e in lowered.program.eqns if e.prim.name == "stack" and len(e.args) == N) == 1
+    fd_check(f, (m, xs))
