@@ -369,6 +369,8 @@ def _define():
          _t(lambda t, x: t.logsumexp(x, tuple(range(x.ndim)))))
     case("wnn.logsumexp(b=)", ["nn.logsumexp_b"], {"16": [V, V]}, lambda x, b: wnn.logsumexp(x, b=b),
          lambda x, b: np.log(np.sum(b * np.exp(x))))
+    case("softmax written out (rewritten)", ["nn.softmax_known"], nnshapes, lambda x: _written_softmax(wnp, x),
+         _np_softmax, _t(lambda t, x: t.softmax(x, -1)))
     case("log(softmax(x)) (rewritten)", ["nn.log_softmax"], nnshapes, lambda x: wnp.log(wnn.softmax(x)),
          lambda x: np.log(_np_softmax(x)), _t(lambda t, x: t.log(t.softmax(x, -1))))
     case("softmax cross-entropy (labels)", ["nn.softmax_cross_entropy"], {"4x4": [M], "64x64": [MMAT]},
@@ -522,9 +524,14 @@ def _torch_inplace(t, x, v):
     return y
 
 
+def _written_softmax(xp, x):
+    """softmax as users write it: the rewrite records it as one softmax (rewrites.py)."""
+    e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
+    return e / xp.sum(e, axis=-1, keepdims=True)
+
+
 def _np_softmax(x):
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+    return _written_softmax(np, x)
 
 
 def _np_log_softmax(x):

@@ -249,3 +249,64 @@ def test_the_mlp_benchmark_runs_and_checks_its_gradients():
                          timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "unfused / fused" in out.stdout and "hybrid / fused" in out.stdout
+
+
+# --- divide: exp(z) / sum(exp(z)) is recorded as one softmax ----------------------------------------
+SOFTMAX_DIVISIONS = {
+    "shifted, axis 1": lambda x: softmax_shifted(x),
+    "unshifted, axis 1": lambda x: softmax_written_out(x),
+    "axis 0": lambda x: softmax_written_out(x, axis=0),
+    "over all elements": lambda x: wnp.exp(x) / wnp.sum(wnp.exp(x)),
+    "sum without keepdims, then [:, None]": lambda x: wnp.exp(x) / wnp.sum(wnp.exp(x), axis=1)[:, None],
+}
+
+
+@pytest.mark.parametrize("name", list(SOFTMAX_DIVISIONS))
+def test_a_written_out_softmax_is_recorded_as_one_softmax(name):
+    p = SOFTMAX_DIVISIONS[name]
+
+    def f(x):
+        return wnp.sum(p(x) * X)
+    names = recorded(f, X)
+    assert "nn.softmax_known" in names and "divide" not in names, names
+    value, g = wg.value_and_grad(f)(X)
+    with wg.config.override(rewrites=False):
+        assert "divide" in recorded(f, X)
+        ref_value, ref_g = wg.value_and_grad(f)(X)
+    assert value == ref_value                  # the division's own value, not a recomputed one
+    np.testing.assert_allclose(g, ref_g, rtol=1e-9, atol=1e-12)
+    wg.check_grads(f, (X,), order=2)
+
+
+def test_the_softmax_rewrite_sits_on_the_unshifted_logits():
+    """max's and subtract's rules never run: the one softmax entry's parent is x itself."""
+    seen = {}
+
+    def f(x):
+        out = wnp.sum(softmax_shifted(x) * X)
+        seen["parents"] = [e[4] for e in out._trace.tape if e[0] is not None and e[0].name == "nn.softmax_known"]
+        return out
+    wg.grad(f)(X)
+    assert seen["parents"] == [((0, 0),)], seen
+
+
+def test_a_division_that_is_not_a_softmax_stays_a_division():
+    def f(x):
+        e = wnp.exp(x)
+        return wnp.sum(e / wnp.sum(wnp.exp(2 * x), axis=1, keepdims=True) * X)
+    assert "divide" in recorded(f, X) and "nn.softmax_known" not in recorded(f, X)
+    wg.check_grads(f, (X,))
+
+
+def test_an_overflowing_sum_leaves_the_division_alone():
+    """exp(1e4) overflows: the user's own value (nan) comes back, as NumPy computes it."""
+    big = X * 1e4
+
+    def f(x):
+        return wnp.sum(softmax_written_out(x) * X)
+    assert "divide" in recorded(f, big)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value = wg.value_and_grad(f)(big)[0]
+        e = np.exp(big)
+        np.testing.assert_array_equal(value, np.sum(e / e.sum(1, keepdims=True) * X))

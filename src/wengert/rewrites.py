@@ -1,4 +1,5 @@
-"""Rewrites: when the engine records ``log`` of a known composition, it records the fused op instead.
+"""Rewrites: when the engine records ``log`` (or ``divide``) of a known composition, it records the
+fused op instead.
 
 Users write ``log(exp(x) / sum(exp(x), axis, keepdims=True))``; the tape then holds ``exp``,
 ``sum`` and ``divide`` entries, and the ``log`` about to be recorded. Before recording it, ``log``
@@ -24,12 +25,18 @@ recorded by the user                          recorded instead
 ``log(1 - sigmoid(x))`` (either form)         ``log_sigmoid(-x)``
 ===========================================  ==========================================
 
+``divide`` has one pattern: ``exp(z) / sum(exp(z), axis, keepdims=True)`` (``z`` possibly ``x - m`` as
+above) on plain float32/float64 values with a finite, positive sum is recorded as ``softmax(x, axis)``
+holding the division's own value, so the backward pass takes softmax's rule (``p * (g - sum(g * p))``)
+instead of those of max, subtract, exp, sum and divide. A later ``log`` of it becomes
+``log_softmax`` as above.
+
 Cross-entropy of a softmax, ``-sum(t * log(softmax(x)))`` or ``-log(softmax(x))[range(n), y]``,
 thereby becomes cross-entropy of ``log_softmax``, whose gradient is ``softmax(x) * sum(t) - t``.
 
-Cost. Only ``log`` is changed: its ``rewrite`` hook (``Primitive.rewrite``, which a primitive
-called on tracers consults before recording) looks at one tape entry. Every other primitive's
-hook is None. To find the input of ``exp``, ``exp`` entries keep their
+Cost. Only ``log`` and ``divide`` are changed: their ``rewrite`` hooks (``Primitive.rewrite``, which
+a primitive called on tracers consults before recording) look at one tape entry (``divide``'s at
+its divisor's, and further only when that is a sum). Every other primitive's hook is None. To find the input of ``exp``, ``exp`` entries keep their
 argument while rewrites are on (as do ``wengert.nn``'s softmax and sigmoid): one array per
 ``exp`` alive until the backward pass. ``wg.config.update("rewrites", False)`` (or
 ``WENGERT_REWRITES=0``) restores plain ``log`` and the leaner tape entries.
@@ -174,12 +181,14 @@ def softmax_input(trace, index):
     if entry is None:
         return None
     prim = entry[PRIM]
-    if prim is P.softmax:
+    if prim is P.softmax or prim is P.softmax_known:
         x = _fresh(trace, entry[ARGS][0], index)
         if x is None:
             return None
-        axis = entry[PARAMS].get("axis")
-        return Tracer(x, trace, entry[PARENTS][0][1]), axis, None, None
+        params = entry[PARAMS]
+        axis = params.get("axis")
+        _, z, s = params["known"] if prim is P.softmax_known else (None, None, None)
+        return Tracer(x, trace, entry[PARENTS][0][1]), axis, z, s
     if len(entry[PARENTS]) != 2:
         return None
     if prim is E.divide:                      # e / s
@@ -201,6 +210,17 @@ def softmax_input(trace, index):
             return None
     else:
         return None
+    found = _exp_over_its_sum(trace, e_index, s_index, denominator)
+    if found is None:
+        return None
+    x, axis, z = found
+    return x, axis, z, s
+
+
+def _exp_over_its_sum(trace, e_index, s_index, denominator):
+    """``(x, axis, z)`` when ``e`` (tape ``e_index``) is ``exp(z)`` and ``denominator`` (tape
+    ``s_index``) is ``sum(e, axis, keepdims=True)``, ``x`` being ``z`` without a shift by a value
+    constant along ``axis``; else None."""
     z = _exp_input(trace, e_index)
     if z is None:
         return None
@@ -214,7 +234,39 @@ def softmax_input(trace, index):
     d_shape = (1,) * (len(e_shape) - len(d_shape)) + d_shape
     if len(d_shape) != len(e_shape) or d_shape != _keepdims_shape(e_shape, axis):
         return None
-    return _unshift(trace, z, axis), axis, z.value, s
+    return _unshift(trace, z, axis), axis, z.value
+
+
+def _divide_hook(e, s=None, *rest, **params):
+    """``divide``'s rewrite hook: ``softmax`` when it divides ``exp(z)`` by its own sum. It is on
+    every traced division's path, so it rejects on the divisor's tape entry first."""
+    if type(s) is Tracer and type(e) is Tracer and not rest and not params:
+        trace = s._trace
+        if trace is e._trace and trace.alive and not trace.computes:
+            tape, index = trace.tape, s.index
+            if 0 <= index < len(tape) and tape[index][PRIM] in _SUM_OR_WRAPPER:
+                return rewrite_division(e, s)
+    return None
+
+
+_SUM_OR_WRAPPER = (R.sum_, S.reshape, S.getitem)
+
+
+def rewrite_division(e, s):
+    """``softmax_known(x)`` for ``e / s`` with ``e = exp(z)``, ``s = sum(e, axis, keepdims=True)``
+    (on a live reverse level, ``s`` made by a sum or a reshape), on plain float32/float64 values
+    with a finite, positive sum; else None (plain ``divide``). The value is the division's own; the
+    one entry's rule replaces the composition's five."""
+    trace = s._trace
+    ev, sv = e.value, s.value
+    if not (type(ev) is np.ndarray and (type(sv) is np.ndarray or type(sv) in _FAST_SCALARS)
+            and ev.dtype in _FAST_DTYPES and sv.dtype == ev.dtype):
+        return None
+    found = _exp_over_its_sum(trace, e.index, s.index, sv)
+    if found is None or not (0 < sv.min() and sv.max() < np.inf):     # (a nan fails the first test)
+        return None
+    x, axis, z = found
+    return P.softmax_known(x, axis=axis, known=(ev / sv, z, sv))
 
 
 def sigmoid_input(trace, index):
@@ -267,6 +319,7 @@ def _log_of_softmax(found, p):
 
 
 _FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_FAST_SCALARS = (np.float32, np.float64)   # a full sum's value
 
 
 def _log_of_sigmoid(t, sign):
@@ -284,7 +337,7 @@ def rewrite_log(a):
     if entry is None:
         return None
     prim = entry[PRIM]
-    if prim is E.divide or prim is P.softmax or prim is E.multiply:
+    if prim is E.divide or prim is P.softmax or prim is P.softmax_known or prim is E.multiply:
         found = softmax_input(trace, index)
         if found is not None:
             return _log_of_softmax(found, a.value)
@@ -347,6 +400,7 @@ _LEAN = {prim: prim.keep_args for prim in _KEEPING}
 
 def _set(enabled):
     E.log.rewrite = _log_hook if enabled else None
+    E.divide.rewrite = _divide_hook if enabled else None
     for prim in _KEEPING:
         prim.keep_args = None if enabled else _LEAN[prim]
 

@@ -198,12 +198,15 @@ def _array_function(self, func, types, args, kwargs):
 def _operator(prim, reflected):
     """``self <op> other`` on a tracer (``other <op> self`` when ``reflected``: ``__radd__`` and the
     like): straight to bind (``self`` is traced, so Primitive's own test for tracers is already
-    answered), unless the primitive has a rewrite hook."""
+    answered), after the primitive's rewrite hook if it has one."""
     def op(self, other):
         args = (other, self) if reflected else (self, other)
-        if prim.rewrite is None:
-            return bind(prim, args, {})
-        return prim(*args)
+        rewrite = prim.rewrite
+        if rewrite is not None:
+            out = rewrite(*args)
+            if out is not None:
+                return out
+        return bind(prim, args, {})
     return op
 
 

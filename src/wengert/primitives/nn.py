@@ -206,6 +206,26 @@ def _softmax_jvp(t, ans, x, axis=None):
 softmax = defprim(_softmax, _softmax_vjp, name="nn.softmax", jvp=_softmax_jvp, batched_vjp=True, batch=axis_rule)
 
 
+def _softmax_known(x, axis=None, known=None):
+    return known[0]
+
+
+# softmax whose value the forward pass already computed (``known = (value, z, s)``: the user's
+# ``exp(z) / s``, plain arrays), recorded by the rewrite of a written-out ``exp(z) / sum(exp(z))`` at
+# first order: one entry on the unshifted logits, whose rule replaces those of max, subtract, exp,
+# sum and divide; ``z`` and ``s`` serve a later ``log`` of it (rewrites.py)
+def _softmax_known_batch(prim, vals, batched, params, size):
+    """The known value is one example's: the batched softmax is computed afresh."""
+    return softmax(vals[0], axis=_batch_axis(params.get("axis"), vals[0]))
+
+
+softmax_known = defprim(_softmax_known,
+                        lambda g, ans, x, axis=None, known=None: _softmax_vjp(g, ans, x, axis),
+                        name="nn.softmax_known",
+                        jvp=lambda t, ans, x, axis=None, known=None: _softmax_jvp(t, ans, x, axis),
+                        batch=one_batch_axis(_softmax_known_batch))
+
+
 def _log_softmax(x, axis=None):
     x, dt = _up(x)
     z, _ = _shift(x, axis)
