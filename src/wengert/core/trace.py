@@ -11,7 +11,6 @@ perturbations of different levels never mix.
 """
 from __future__ import annotations
 
-import contextlib
 import dis
 import gc
 import sys
@@ -183,8 +182,7 @@ _collector_lock = threading.Lock()
 _collector = {"depth": 0, "saved": None}   # transforms open (all threads), thresholds to restore
 
 
-@contextlib.contextmanager
-def collector_paused():
+class collector_paused:
     """Make Python's full garbage collections rare while transforms run; keep the young ones.
 
     A tape is many small tuples and tracers without reference cycles. A full collection rescans
@@ -193,21 +191,26 @@ def collector_paused():
     they collect the cyclic garbage the user's function makes and drops (switching the collector
     off instead let it pile up until the transform returned: benchmarks/collector.py). So
     while any transform runs the third threshold is raised to ``FULL_COLLECTION_EVERY``, and
-    restored when the last one, in any thread, ends.
+    restored when the last one, in any thread, ends. (A class, not a generator: every transform
+    call enters it twice.)
     """
-    with _collector_lock:
-        if _collector["depth"] == 0:
-            saved = gc.get_threshold()
-            _collector["saved"] = saved
-            gc.set_threshold(saved[0], saved[1], max(saved[2], FULL_COLLECTION_EVERY))
-        _collector["depth"] += 1
-    try:
-        yield
-    finally:
+
+    __slots__ = ()
+
+    def __enter__(self):
+        with _collector_lock:
+            if _collector["depth"] == 0:
+                saved = gc.get_threshold()
+                _collector["saved"] = saved
+                gc.set_threshold(saved[0], saved[1], max(saved[2], FULL_COLLECTION_EVERY))
+            _collector["depth"] += 1
+
+    def __exit__(self, *exc):
         with _collector_lock:
             _collector["depth"] -= 1
             if _collector["depth"] == 0:
                 gc.set_threshold(*_collector["saved"])
+        return False
 
 
 class Observer:
