@@ -365,3 +365,17 @@ def test_a_rule_not_checked_on_batched_values_never_sees_them():
         warnings.simplefilter("error")
         np.testing.assert_allclose(wg.vmap(per_example)(xs), 2 * w * xs)
     assert seen == ["Tracer"]
+
+
+def test_overlapping_reads_in_a_loop_sum_their_cotangents():
+    """Reads x[i, j], x[:, j] and x[1:3, j] of one array, overlapping and repeated, each add their
+    cotangent at their place (the backward pass does this without calling getitem's rule)."""
+    def f(x):
+        total = 0.0
+        for j in range(x.shape[1]):
+            col = x[:, j]
+            total = total + wnp.sum(col * col) + x[1:3, j] @ x[0:2, j] + x[0, j] * x[2, j] + x[-1, -1 - j]
+        return total
+    x = np.random.default_rng(5).standard_normal((4, 3))
+    wg.check_grads(f, (x,))
+    wg.check_grads(lambda x: f(x) * (1 + 2j), (x,))   # complex cotangents into the real x's buffer

@@ -39,6 +39,17 @@ def is_basic(index):
     return True
 
 
+def _plain_basic(index):
+    """An index of ints and slices only (a view, and no tracer in it)."""
+    kind = type(index)
+    if kind is tuple:
+        for i in index:
+            if type(i) is not int and type(i) is not slice:
+                return False
+        return True
+    return kind is int or kind is slice
+
+
 def _add_at(buffer, index, g):
     """``buffer[index] += g``, adding repeated indices (advanced indexing) as many times as they occur."""
     if is_basic(index):
@@ -175,6 +186,31 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                         cts[parent] = c
                     else:
                         accumulate(cts, owned, parent, c)
+            continue
+        if prim.indexed_read is not None and inline and type(g) is _ndarray and prim._vjp[0] is prim.indexed_read \
+                and _plain_basic(params["index"]):
+            # x[index] read in a loop: g added at index into x's buffer, as _add_at would (a view)
+            index = params["index"]
+            parent = parents[0][1]
+            old = cts[parent]
+            if old is None:
+                x = args[0]
+                old = cts[parent] = np.zeros(x.shape, np.result_type(x.dtype, g.dtype))
+                owned[parent] = 1
+                old[index] = g
+                continue
+            if owned[parent] and type(old) is _ndarray:
+                view = old[index]
+                try:
+                    if type(view) is _ndarray:
+                        view += g
+                    else:
+                        old[index] = view + g
+                    continue
+                except TypeError:   # a complex cotangent into a real buffer: accumulate's
+                    pass
+            x = args[0]
+            accumulate(cts, owned, parent, indexed_cotangent(index, g, x.shape, x.dtype))
             continue
         rules = prim._vjp
         size = -1 if params else len(args)   # positional calls spelled out for the common sizes

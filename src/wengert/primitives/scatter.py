@@ -83,8 +83,13 @@ def _write_vjp_owned(g, ans, args, params, parents):
     """The same, zeroing ``g`` in place when the backward pass owns it: a loop of writes costs
     what it wrote, not (writes x array size)."""
     index = params["index"]
-    piece = unbroadcast(np.array(g[index]), params["value_shape"])  # copied before the zeroing
+    piece = np.array(g[index])   # copied before the zeroing
+    value_shape = params["value_shape"]
+    if piece.shape != value_shape:
+        piece = unbroadcast(piece, value_shape)
     g[index] = 0
+    if len(parents) == 2:   # core/mutation.py records the parents as (0, x), then (1, v) when v is traced
+        return (g, piece)
     return [g if position == 0 else piece for position, _ in parents]
 
 

@@ -168,6 +168,9 @@ def _getitem_vjp(g, ans, x, index):
 
 
 getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True, batch=getitem_rule, batched_vjp=True)
+# On a plain cotangent and an index of ints and slices the backward pass adds g at x[index] itself,
+# which is what _getitem_vjp's indexed cotangent asks for, without calling the rule (loops of reads)
+getitem.indexed_read = _getitem_vjp
 
 
 def _index_add(base, values, index):
