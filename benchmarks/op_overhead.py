@@ -428,6 +428,7 @@ def _define():
 NOT_MEASURED = {
     "select": "routes one output of a multiple-result primitive (measured with eigh, svd, qr, slogdet)",
     "jit_call": "a jitted function under grad/jvp/vmap: its cost is its programs' (benchmarks/jit.py)",
+    "jit_forward": "a jitted function under grad: its cost is its programs' (benchmarks/jit.py)",
     "index_add": "the backward pass of getitem under an outer transform (measured with getitem)",
     "nn.log_softmax_known": "the rewrite of log(softmax(x)) (the case 'log(softmax(x)) (rewritten)')",
     "scipy.special.polygamma": "an order argument; same rule shape as digamma",

@@ -208,6 +208,32 @@ def test_grad_of_jit_is_one_primitive_traced_once_per_signature():
     wg.check_grads(loss, (x, y))                    # finite differences, through the jitted VJP
 
 
+def test_grad_of_jit_runs_the_forward_program_once_keeping_residuals():
+    """Under a reverse level, the forward program also returns what the VJP reads; the backward
+    program starts from it (the VJP program that computes the forward pass again is not made).
+    Its in-place updates never write into the residuals: a vjp_fn called twice agrees."""
+    idx = np.array([0, 2, 2, 4, 1])
+
+    def body(x, w):
+        gathered = x[idx] * w               # repeated reads: the backward pass scatter-adds
+        return wnp.sum(wnp.tanh(gathered) ** 2) + wnp.sum(x[1:3] * gathered[:2]), gathered
+    fj = wg.jit(body)
+    x, w = rng.normal(size=5), rng.normal(size=5)
+    ct = (1.5, rng.normal(size=5))
+    out, pull = wg.vjp(fj, x, w)
+    want_out, want_pull = wg.vjp(body, x, w)
+    assert_trees_close(out, want_out)
+    first = pull(ct)
+    assert_trees_close(first, want_pull(ct))
+    assert_trees_close(pull(ct), first)                       # residuals unchanged by the first call
+    assert all(not flat.vjp._cache for flat in fj._flats.values())   # no recomputing VJP program
+    # the backward pass recorded by an outer transform (a traced cotangent) still differentiates
+    through = lambda c: wnp.sum(pull((1.0, c))[0] ** 2)      # noqa: E731
+    eager = lambda c: wnp.sum(want_pull((1.0, c))[0] ** 2)  # noqa: E731
+    assert_trees_close(wg.grad(through)(ct[1]), wg.grad(eager)(ct[1]))
+    wg.check_grads(lambda x, w: fj(x, w)[0], (x, w))
+
+
 # --- indices a program computes (argsort, argmax) with plain operands: the level holding them runs
 # the indexing. A constant tangent, or a Hessian's seed, is a plain array indexed by a staged index.
 def _weights(n):

@@ -13,20 +13,23 @@ import dataclasses
 class TreeDef:
     """The shape of a pytree without its leaves."""
 
-    __slots__ = ("kind", "meta", "children", "num_leaves")
+    __slots__ = ("kind", "meta", "children", "num_leaves", "_hash")
 
     def __init__(self, kind, meta, children):
         self.kind = kind
         self.meta = meta
         self.children = children
         self.num_leaves = 1 if kind == "leaf" else sum(c.num_leaves for c in children)
+        self._hash = None
 
     def __eq__(self, other):
         return (isinstance(other, TreeDef) and self.kind == other.kind
                 and self.meta == other.meta and self.children == other.children)
 
-    def __hash__(self):
-        return hash((self.kind, self.meta, self.children))
+    def __hash__(self):   # computed once: transforms key caches on the definitions of every call
+        if self._hash is None:
+            self._hash = hash((self.kind, self.meta, self.children))
+        return self._hash
 
     def __repr__(self):
         if self.kind == "leaf":

@@ -243,11 +243,12 @@ def drop_identities(program, multiply):
 PASSES = {"identities": True, "cse": True, "in_place": True}
 
 
-def optimize(program, prims, vectorize=None, donated=()):
+def optimize(program, prims, vectorize=None, donated=(), updates=True):
     """The passes, in order. ``prims``: the primitives the passes know by identity (getitem,
     scatter_set, index_add, add); ``vectorize``: the vectorizing pass (transforms/_vectorize.py,
     bound by jit), run after CSE and before the in-place updates, or None; ``donated``: the input
-    Vars whose arrays the program may write (``donate_argnums``)."""
+    Vars whose arrays the program may write (``donate_argnums``); ``updates=False`` stops before
+    the in-place updates (a program :func:`split` cuts in two gets them per part)."""
     program = dce(program)
     if PASSES["identities"]:
         program = drop_identities(program, prims["multiply"])
@@ -255,11 +256,43 @@ def optimize(program, prims, vectorize=None, donated=()):
         program = cse(program)
     if vectorize is not None:
         program = vectorize(program)
+    return in_place_updates(program, prims, donated) if updates else program
+
+
+def in_place_updates(program, prims, donated=()):
+    """The passes that let updates write into buffers the program owns (see :func:`in_place`)."""
     if PASSES["in_place"]:
         program = fold_indexed_adds(program, prims["index_add"], prims["add"])
         program = hoist_reads(program, prims["scatter_set"], prims["getitem"])
         program = in_place(program, prims["scatter_set"], prims["index_add"], prims["add"], prims["getitem"], donated)
     return program
+
+
+def split(program, known, first):
+    """Cut ``program`` where its first ``known`` inputs end: ``(forward, backward)``. ``forward``
+    takes those inputs and returns the first ``first`` outputs (which must need no other input)
+    and then the residuals, the values it computed that ``backward`` reads; ``backward`` takes the
+    residuals and the other inputs and returns the other outputs. For a VJP program (primals, then
+    cotangents) this is the forward pass that keeps what the backward pass needs, instead of a
+    backward pass that computes the forward one again."""
+    ready = {v.id for v in program.inputs[:known]}
+    ahead, behind = [], []
+    for eqn in program.eqns:
+        if all(v.id in ready for v in eqn.uses):
+            ahead.append(eqn)
+            ready.update(o.id for o in eqn.outs)
+        else:
+            behind.append(eqn)
+    early, late = program.outputs[:first], program.outputs[first:]
+    if any(type(v) is Var and v.id not in ready for v in early):
+        raise AssertionError("split: an output of the first part reads an input of the second")
+    residuals = {}
+    for v in [u for eqn in behind for u in eqn.uses] + [v for v in late if type(v) is Var]:
+        if v.id in ready:
+            residuals.setdefault(v.id, v)
+    residuals = list(residuals.values())
+    forward = dce(Program(program.inputs[:known], ahead, list(early) + residuals))
+    return forward, Program(residuals + list(program.inputs[known:]), behind, list(late))
 
 
 # --- code generation -----------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from ..core import backward as _backward
 from ..core import tree
 from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError
 from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
-from ..core.trace import (Primitive, Trace, Tracer, close_level, collector_paused, make_tracer, open_level,
-                          open_levels, unbox)
+from ..core.trace import (Primitive, ReverseTrace, Trace, Tracer, close_level, collector_paused, make_tracer,
+                          open_level, open_levels, unbox)
 from ..primitives import _table
 from ..primitives._batching import one_batch_axis
 from ..primitives.scatter import scatter_set
@@ -573,7 +573,10 @@ class Jitted:
         try:
             if not any(type(leaf) is Tracer for leaf in leaves):
                 return self.run_plain(args, kwargs)  # constants of the enclosing transforms
-            outs = jit_call(*leaves, flat=flat)
+            if _recorded_on_plain(leaves):
+                outs = jit_forward(*leaves, flat=flat, box=_Residuals(flat.split_for(leaves)))
+            else:
+                outs = jit_call(*leaves, flat=flat)
         except _ClosedOver:
             flat.inline = True
             return self.f(*args, **kwargs)
@@ -609,9 +612,9 @@ class Jitted:
         with collector_paused():
             return self._lower_program(static, leaves, treedef, sources)
 
-    def _lower_program(self, static, leaves, treedef, sources):
+    def _stage(self, static, leaves, treedef, sources):
+        """Trace ``f`` on these leaves into a program: ``(program, out_tree)``."""
         self.traces += 1
-        t0 = time.perf_counter()
         trace = _open_staging_level(sources)
         hook = _table.STAGING
         previous = hook[0]
@@ -629,7 +632,6 @@ class Jitted:
         finally:
             hook[0] = previous
             _close_staging_level(trace)
-        t1 = time.perf_counter()
         out_leaves, out_tree = tree.flatten(out)
         outputs = []
         for leaf in out_leaves:
@@ -641,21 +643,29 @@ class Jitted:
                 outputs.append(trace.vars[leaf.index])
             else:
                 outputs.append(leaf)
-        program = _ir.Program(trace.program_inputs, trace.eqns, outputs)
-        traced = len(program.eqns)
-        stats = {}
-        donated = self._donated_leaves(static, treedef, leaves)
+        return _ir.Program(trace.program_inputs, trace.eqns, outputs), out_tree
+
+    def _optimize(self, program, stats, donated=(), updates=True):
+        vectorize = functools.partial(_vectorize.vectorize, trace_type=StagingTrace, stats=stats) \
+            if self.vectorize else None
         # The passes make no reference cycles, and every object they keep outlives them: young
         # collections would only rescan those (about a seventh of the passes' time on W2 colwise)
         collecting = gc.isenabled()
         gc.disable()
         try:
-            program = _ir.optimize(program, _PRIMS, functools.partial(_vectorize.vectorize, trace_type=StagingTrace,
-                                                                      stats=stats) if self.vectorize else None,
-                                   donated=[program.inputs[k] for k in donated])
+            return _ir.optimize(program, _PRIMS, vectorize, donated=donated, updates=updates)
         finally:
             if collecting:
                 gc.enable()
+
+    def _lower_program(self, static, leaves, treedef, sources):
+        t0 = time.perf_counter()
+        program, out_tree = self._stage(static, leaves, treedef, sources)
+        t1 = time.perf_counter()
+        traced = len(program.eqns)
+        stats = {}
+        donated = self._donated_leaves(static, treedef, leaves)
+        program = self._optimize(program, stats, donated=[program.inputs[k] for k in donated])
         t2 = time.perf_counter()
         name = _SAFE_NAME(getattr(self.f, "__name__", "f"))
         text, namespace = _ir.generate(program, getitem, name)
@@ -700,6 +710,7 @@ class _Flat:
         self.vjp = Jitted(self.run_vjp, **options)
         self.jvp = Jitted(self.run_jvp, **options)
         self.batched = {}
+        self.splits = collections.OrderedDict()
 
     def run(self, *leaves):
         dyn_args, dyn_kwargs = tree.unflatten(self.treedef, list(leaves))
@@ -732,6 +743,25 @@ class _Flat:
         _, pullback = vjp(f, *[primals[k] for k in diff])
         return pullback(tuple(cts))
 
+    def run_joint(self, *values):
+        """The outputs and the floating-point input leaves' cotangents, from the primals and the
+        outputs' cotangents: the program :class:`_Split` cuts in two."""
+        primals, cts = values[:self.count], values[self.count:]
+        f, diff = self._differentiable(primals)
+        outs, pullback = vjp(f, *[primals[k] for k in diff])
+        return tuple(outs), pullback(tuple(cts))
+
+    def split_for(self, leaves):
+        """The forward and backward programs for these leaves' signature (cached, bounded)."""
+        values = tuple(leaf.value if type(leaf) is Tracer else leaf for leaf in leaves)
+        key = tuple(_leaf_key(v, "an argument") for v in values)
+        split = self.splits.get(key)
+        if split is None:
+            split = self.splits[key] = _Split(self, values)
+            if len(self.splits) > self.jitted.cache_size:
+                self.splits.popitem(last=False)
+        return split
+
     def run_jvp(self, *values):
         """The outputs' tangents, from the primals and the floating-point inputs' tangents."""
         primals, tangents = values[:self.count], values[self.count:]
@@ -746,6 +776,69 @@ class _Flat:
             fn = self.batched[batched] = Jitted(vmap(self.run, in_axes=tuple(0 if b else None for b in batched)),
                                                 cache_size=self.jitted.cache_size, vectorize=self.jitted.vectorize)
         return fn
+
+
+class _Split:
+    """``grad(jit(f))`` on plain values: f's forward program also returns the residuals (what the
+    VJP reads), and the backward program starts from them, so f's forward pass runs once where
+    ``jit_call``'s VJP program would compute it again. Both come from one traced VJP program,
+    cut where the cotangents enter (``_ir.split``); each then gets its own in-place updates, so the
+    backward program never writes into a residual (a ``vjp_fn`` may be called again)."""
+
+    __slots__ = ("outputs", "diff", "forward", "backward")
+
+    def __init__(self, flat, primals):
+        key, static, leaves, treedef = flat.call._signature(primals, {})
+        lowered = flat.call._cache.get(key) or flat.call._lower(static, leaves, treedef, sources=False)
+        samples = [np.zeros(v.shape, v.dtype) if type(v) is _ir.Var else np.zeros(np.shape(v), np.result_type(v))
+                   for v in lowered.program.outputs]     # the outputs' cotangents, as samples
+        self.outputs = len(samples)
+        self.diff = [k for k, p in enumerate(primals) if _inexact(p)]
+        joint = Jitted(flat.run_joint, vectorize=flat.jitted.vectorize)
+        _, static, leaves, treedef = joint._signature((*primals, *samples), {})
+        program, _ = joint._stage(static, leaves, treedef, sources=False)
+        forward, backward = _ir.split(joint._optimize(program, {}, updates=False), len(primals), self.outputs)
+        self.forward = _compiled(_ir.in_place_updates(forward, _PRIMS), flat.__name__ + "_forward")
+        self.backward = _compiled(_ir.in_place_updates(backward, _PRIMS), flat.__name__ + "_backward")
+
+
+class _Residuals:
+    """One call's residuals, held by its tape entry (the primitive's parameters) for the VJP."""
+
+    __slots__ = ("split", "values")
+
+    def __init__(self, split):
+        self.split = split
+        self.values = None
+
+
+def _compiled(program, name):
+    name = _SAFE_NAME(name)
+    text, namespace = _ir.generate(program, getitem, name)
+    return _ir.compile_program(text, namespace, name)[0]
+
+
+def _recorded_on_plain(leaves):
+    """Does the innermost level record (reverse mode) these leaves, whose values are all plain?"""
+    top = open_levels()[-1]
+    if type(top) is not ReverseTrace:
+        return False
+    return all(type(leaf) is not Tracer or (leaf._trace is top and type(leaf.value) is not Tracer)
+               for leaf in leaves)
+
+
+def _forward_impl(*leaves, flat, box):
+    values = box.split.forward(*leaves)
+    box.values = values[box.split.outputs:]
+    return values[:box.split.outputs]
+
+
+def _forward_vjp(g, ans, args, params, parents):
+    box = params["box"]
+    if any(type(gi) is Tracer for gi in g):    # the backward pass is recorded by another transform
+        return _call_vjp(g, ans, args, params, parents)
+    by_leaf = dict(zip(box.split.diff, box.split.backward(*box.values, *g)))
+    return [by_leaf.get(position) for position, _ in parents]
 
 
 def _call_impl(*leaves, flat):
@@ -777,6 +870,10 @@ def _call_batch(prim, vals, batched, params, size):
 
 jit_call = _table.defprim(_call_impl, name="jit_call", multiple_results=True, fused_vjp=_call_vjp,
                           fused_jvp=_call_jvp, batch=one_batch_axis(_call_batch))
+# jit_call under a reverse level on plain values: the forward program keeps the residuals (its
+# JVP and batched form are jit_call's, for a tape entry replayed under another transform)
+jit_forward = _table.defprim(_forward_impl, name="jit_forward", multiple_results=True, fused_vjp=_forward_vjp,
+                             fused_jvp=_call_jvp, batch=one_batch_axis(_call_batch))
 
 
 def _SAFE_NAME(name):
