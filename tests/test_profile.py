@@ -288,6 +288,19 @@ def test_reading_a_buffer_inside_its_writing_loop_is_a_mutation_finding():
     assert "snapshot" in found[0].evidence and "freeze" in found[0].fix
 
 
+def test_one_freeze_of_a_large_buffer_is_no_mutation_finding():
+    """Writing a buffer and reading it once is the advice itself: the one snapshot is no finding,
+    even where it is a large share of a cheap gradient (or a loaded machine inflates its share)."""
+    def written_then_frozen(x):
+        buf = wg.Buffer.zeros(x.shape)
+        for i in range(x.shape[0]):
+            buf[i] = x[i] * 2.0
+        return wnp.sum(buf.freeze())
+
+    report = wg.profile(written_then_frozen, np.random.default_rng(0).standard_normal((4, 200_000)), repeat=1)
+    assert not [f for f in report.findings if f.kind == "mutation"]
+
+
 def test_a_small_read_of_a_large_computed_array_is_a_materialized_finding():
     def first_row(x):
         y = wnp.exp(x)
