@@ -156,7 +156,19 @@ def _reduce_each_example(loss, reduction):
 
 
 # --- softmax, log_softmax, logsumexp -------------------------------------------------------------
+_FAST_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _all_finite(m):
+    """Are the maxima ``m`` all finite? One reduction, and no warning for rows of +-inf or NaN."""
+    return math.isfinite(np.maximum.reduce(np.abs(m), axis=None))
+
+
 def _softmax(x, axis=None):
+    if type(x) is np.ndarray and x.ndim and x.dtype in _FAST_FLOATS:    # NumPy's own few calls (what jit programs run)
+        out = softmax_of_array(x, axis)
+        if out is not None:
+            return out
     x, dt = _up(x)
     z, _ = _shift(x, axis)
     np.exp(z, out=z)
@@ -169,7 +181,7 @@ def softmax_of_array(x, axis):
     own few operations, so that ``wnn.softmax`` on plain arrays costs what NumPy code costs. None
     when a maximum is not finite (the implementation above handles those rows)."""
     m = np.maximum.reduce(x, axis=axis, keepdims=True)
-    if not math.isfinite(np.add.reduce(m, axis=None)):
+    if not _all_finite(m):
         return None
     e = x - m
     np.exp(e, out=e)
@@ -180,7 +192,7 @@ def softmax_of_array(x, axis):
 def log_softmax_of_array(x, axis):
     """log_softmax of a plain float array along one axis (as ``softmax_of_array``)."""
     m = np.maximum.reduce(x, axis=axis, keepdims=True)
-    if not math.isfinite(np.add.reduce(m, axis=None)):
+    if not _all_finite(m):
         return None
     z = x - m
     z -= np.log(np.add.reduce(np.exp(z), axis=axis, keepdims=True))
@@ -227,6 +239,10 @@ softmax_known = defprim(_softmax_known,
 
 
 def _log_softmax(x, axis=None):
+    if type(x) is np.ndarray and x.ndim and x.dtype in _FAST_FLOATS:    # NumPy's own few calls (what jit programs run)
+        out = log_softmax_of_array(x, axis)
+        if out is not None:
+            return out
     x, dt = _up(x)
     z, _ = _shift(x, axis)
     z -= np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
@@ -264,7 +280,26 @@ log_softmax_known = defprim(_log_softmax_known,
                             batch=one_batch_axis(_log_softmax_known_batch))
 
 
+def _logsumexp_of_array(x, axis, keepdims):
+    """logsumexp of a float32/float64 array (as ``log_softmax_of_array``); None for a maximum that is not finite."""
+    m = np.maximum.reduce(x, axis=axis, keepdims=True)
+    if not _all_finite(m):
+        return None
+    e = x - m
+    np.exp(e, out=e)
+    out = np.add.reduce(e, axis=axis, keepdims=True)
+    np.log(out, out=out)
+    out += m
+    if not keepdims:
+        out = np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+    return out
+
+
 def _logsumexp(x, axis=None, keepdims=False):
+    if type(x) is np.ndarray and x.ndim and x.dtype in _FAST_FLOATS:
+        out = _logsumexp_of_array(x, axis, keepdims)
+        if out is not None:
+            return out
     x, dt = _up(x)
     z, m = _shift(x, axis)
     out = np.log(np.sum(np.exp(z), axis=axis, keepdims=True)) + m

@@ -240,15 +240,16 @@ def drop_identities(program, multiply):
 
 
 # The passes, by name; benchmarks/jit.py switches them off one at a time to measure each.
-PASSES = {"identities": True, "cse": True, "in_place": True}
+PASSES = {"identities": True, "cse": True, "simplify": True, "in_place": True, "spell": True}
 
 
-def optimize(program, prims, vectorize=None, donated=(), updates=True):
+def optimize(program, prims, vectorize=None, donated=(), updates=True, simplify=None, spell=None):
     """The passes, in order. ``prims``: the primitives the passes know by identity (getitem,
     scatter_set, index_add, add); ``vectorize``: the vectorizing pass (transforms/_vectorize.py,
     bound by jit), run after CSE and before the in-place updates, or None; ``donated``: the input
     Vars whose arrays the program may write (``donate_argnums``); ``updates=False`` stops before
-    the in-place updates (a program :func:`split` cuts in two gets them per part)."""
+    the in-place updates (a program :func:`split` cuts in two gets them per part); ``simplify``
+    and ``spell``: the rewrites of transforms/_rewrite.py, run after vectorizing and last, or None."""
     program = dce(program)
     if PASSES["identities"]:
         program = drop_identities(program, prims["multiply"])
@@ -256,15 +257,20 @@ def optimize(program, prims, vectorize=None, donated=(), updates=True):
         program = cse(program)
     if vectorize is not None:
         program = vectorize(program)
-    return in_place_updates(program, prims, donated) if updates else program
+    if simplify is not None and PASSES["simplify"]:
+        program = simplify(program)
+    return in_place_updates(program, prims, donated, spell) if updates else program
 
 
-def in_place_updates(program, prims, donated=()):
-    """The passes that let updates write into buffers the program owns (see :func:`in_place`)."""
+def in_place_updates(program, prims, donated=(), spell=None):
+    """The passes that let updates write into buffers the program owns (see :func:`in_place`), then
+    ``spell`` (transforms/_rewrite.py) when given."""
     if PASSES["in_place"]:
         program = fold_indexed_adds(program, prims["index_add"], prims["add"])
         program = hoist_reads(program, prims["scatter_set"], prims["getitem"])
         program = in_place(program, prims["scatter_set"], prims["index_add"], prims["add"], prims["getitem"], donated)
+    if spell is not None and PASSES["spell"]:
+        program = spell(program)
     return program
 
 

@@ -46,7 +46,7 @@ from ..primitives._batching import one_batch_axis
 from ..primitives.scatter import scatter_set
 from ..primitives.elementwise import add, multiply
 from ..primitives.shape import getitem, index_add
-from . import _ir, _vectorize
+from . import _ir, _rewrite, _vectorize
 from .batching import vmap
 from .forward import jvp
 from .reverse import vjp
@@ -653,7 +653,8 @@ class Jitted:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return _ir.optimize(program, _PRIMS, vectorize, donated=donated, updates=updates)
+            return _ir.optimize(program, _PRIMS, vectorize, donated=donated, updates=updates,
+                                simplify=_rewrite.simplify, spell=_rewrite.spell)
         finally:
             if collecting:
                 gc.enable()
@@ -798,8 +799,8 @@ class _Split:
         _, static, leaves, treedef = joint._signature((*primals, *samples), {})
         program, _ = joint._stage(static, leaves, treedef, sources=False)
         forward, backward = _ir.split(joint._optimize(program, {}, updates=False), len(primals), self.outputs)
-        self.forward = _compiled(_ir.in_place_updates(forward, _PRIMS), flat.__name__ + "_forward")
-        self.backward = _compiled(_ir.in_place_updates(backward, _PRIMS), flat.__name__ + "_backward")
+        self.forward = _compiled(_ir.in_place_updates(forward, _PRIMS, spell=_rewrite.spell), flat.__name__ + "_forward")
+        self.backward = _compiled(_ir.in_place_updates(backward, _PRIMS, spell=_rewrite.spell), flat.__name__ + "_backward")
 
 
 class _Residuals:

@@ -1,0 +1,353 @@
+"""Rewrites that make a staged program the NumPy a person would write by hand.
+
+The backward pass is a chain of rules, each correct alone, whose composition does work a
+hand-written gradient skips: a diagonal embedded into a dense matrix only to be multiplied, a
+gradient negated twice through a chain of products, a broadcast materialised as its own call
+before an elementwise operation that would broadcast anyway, a scatter into zeros that only adds
+axes. :func:`simplify` rewrites those (each rewrite gives the same values: exact identities, or
+the same products in another order only where noted); :func:`spell` then writes the calls whose
+NumPy wrapper costs more than the arithmetic at small sizes (``np.sum``, ``np.transpose``,
+``np.reshape``) as the ufunc methods and array methods they wrap. Both run in
+``_ir.optimize``: ``simplify`` after CSE and vectorizing, ``spell`` last.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ..primitives import contractions as C
+from ..primitives import elementwise as E
+from ..primitives import reductions as R
+from ..primitives import shape as S
+from . import _ir
+from ._ir import Eqn, Program, Var, renamed, substitute
+
+
+class _Fresh:
+    """New variables, numbered after every variable of the program."""
+
+    def __init__(self, program):
+        top = max((v.id for v in program.inputs), default=-1)
+        for eqn in program.eqns:
+            for o in eqn.outs:
+                top = max(top, o.id)
+        self.next = top + 1
+
+    def __call__(self, shape, dtype):
+        var = Var(self.next, tuple(shape), np.dtype(dtype))
+        self.next += 1
+        return var
+
+
+def _uses(program):
+    """var id -> number of reads (an output counts as one)."""
+    counts = {}
+    for eqn in program.eqns:
+        for v in eqn.uses:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    for v in program.outputs:
+        if type(v) is Var:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    return counts
+
+
+def _vars(*xs):
+    return tuple(x for x in xs if type(x) is Var)
+
+
+def _shape(x):
+    return x.shape if type(x) is Var else np.shape(x)
+
+
+# --- diagonals -------------------------------------------------------------------------------------
+def _last_two(eqn, ndim):
+    """Does ``eqn`` (diagonal or diagonal_embed) work on the main diagonal of the last two axes?"""
+    p = eqn.params
+    a1, a2 = p.get("axis1", 0) % ndim, p.get("axis2", 1) % ndim
+    return p.get("offset", 0) == 0 and a1 == ndim - 2 and a2 == ndim - 1
+
+
+def _embedded(v, defs):
+    """``d`` when ``v = diagonal_embed(d)`` puts ``d`` on the diagonal of square last two axes."""
+    if type(v) is not Var:
+        return None
+    eqn = defs.get(v.id)
+    if eqn is not None and eqn.prim is S.transpose and type(eqn.args[0]) is Var:   # a diagonal matrix is symmetric
+        n = len(v.shape)
+        axes = eqn.params.get("axes")
+        swapped = tuple(range(n - 2)) + (n - 1, n - 2)
+        if n >= 2 and (tuple(axes) if axes is not None else tuple(range(n))[::-1]) == swapped:
+            return _embedded(eqn.args[0], defs)
+    if eqn is None or eqn.prim is not S.diagonal_embed or len(v.shape) < 2 or v.shape[-1] != v.shape[-2]:
+        return None
+    d = eqn.args[0]
+    if type(d) is not Var or not _last_two(eqn, len(v.shape)) or d.shape != v.shape[:-1]:
+        return None
+    return d
+
+
+def _diagonal_product(eqn, defs, fresh):
+    """``diag(d) @ b`` is ``d[..., :, None] * b`` and ``a @ diag(d)`` is ``a * d[..., None, :]``: the
+    backward pass of ``np.diag(a @ b)`` embeds its cotangent into a dense square matrix, then
+    multiplies by it (n times the work, and an n x n array per matrix)."""
+    if eqn.prim is not C.matmul and not (eqn.prim is C.dot and all(len(_shape(a)) <= 2 for a in eqn.args)):
+        return None
+    a, b = eqn.args
+    out = eqn.outs[0]
+    for left, (e, other) in ((True, (a, b)), (False, (b, a))):
+        d = _embedded(e, defs)
+        if d is None or not (type(other) is Var or type(other) is np.ndarray) or len(other.shape) < 1:
+            continue
+        new = []
+        if len(other.shape) == 1:
+            scale = d
+        else:
+            index = (Ellipsis, slice(None), None) if left else (Ellipsis, None, slice(None))
+            scale = fresh(d.shape[:-1] + ((d.shape[-1], 1) if left else (1, d.shape[-1])), d.dtype)
+            new.append(Eqn(S.getitem, (d,), {"index": index}, (scale,), (d,), eqn.source))
+        pair = (scale, other) if left else (other, scale)
+        if np.broadcast_shapes(scale.shape, other.shape) != out.shape or \
+                np.result_type(d.dtype, other.dtype) != out.dtype:
+            continue
+        new.append(Eqn(E.multiply, pair, {}, eqn.outs, _vars(*pair), eqn.source))
+        return new
+    return None
+
+
+_LETTERS = "abcdefghklmnopqrstuvwxyz"
+
+
+def _diagonal_of_product(eqn, defs, counts):
+    """``diagonal(a @ b)`` over the last two axes is ``einsum('...ij,...ji->...i')``: the products
+    the diagonal keeps, not the whole matrix. Only when the product is read by this diagonal alone and
+    the operands' batch axes match without broadcasting."""
+    if eqn.prim is not S.diagonal or type(eqn.args[0]) is not Var:
+        return None
+    m = eqn.args[0]
+    src = defs.get(m.id)
+    if src is None or src.prim is not C.matmul or counts.get(m.id) != 1 or len(m.shape) < 2 \
+            or m.shape[-1] != m.shape[-2] or not _last_two(eqn, len(m.shape)):
+        return None
+    a, b = src.args
+    if type(a) is not Var or type(b) is not Var or len(a.shape) < 2 or len(b.shape) < 2:
+        return None
+    batch = m.shape[:-2]
+    if a.shape[:-2] != batch[len(batch) - len(a.shape) + 2:] or b.shape[:-2] != batch[len(batch) - len(b.shape) + 2:]:
+        return None
+    letters = _LETTERS[:len(batch)]
+    sa, sb = letters[len(letters) - len(a.shape) + 2:], letters[len(letters) - len(b.shape) + 2:]
+    subscripts = f"{sa}ij,{sb}ji->{letters}i"
+    return [Eqn(C.einsum, (a, b), {"subscripts": subscripts}, eqn.outs, (a, b), eqn.source)]
+
+
+# --- scatters into zeros that only add axes ---------------------------------------------------------
+def _scatter_is_reshape(eqn):
+    """``index_add(zeros, g, index)`` with an index of full slices and new axes (the backward pass
+    of ``x[None, :, :]``) writes every element once: it is ``g`` reshaped."""
+    if eqn.prim is not S.index_add:
+        return None
+    base, g = eqn.args
+    if type(base) is not np.ndarray or type(g) is not Var or g.shape == ():
+        return None
+    index = eqn.params["index"]
+    parts = index if type(index) is tuple else (index,)
+    if not all(i is None or (type(i) is slice and i == slice(None)) for i in parts):
+        return None
+    out = eqn.outs[0]
+    if g.dtype != out.dtype or base.shape != out.shape or \
+            np.broadcast_to(np.zeros((), np.int8), base.shape)[index].shape != g.shape or not _ir._all_zero(base):
+        return None
+    return [Eqn(S.reshape, (g,), {"shape": out.shape}, eqn.outs, (g,), eqn.source)]
+
+
+# --- broadcasts into elementwise operations ---------------------------------------------------------
+def _elementwise(eqn):
+    impl = eqn.prim.impl
+    return isinstance(impl, np.ufunc) and impl.nout == 1 and not eqn.params and len(eqn.args) == impl.nin
+
+
+def _implicit_broadcasts(eqn, defs):
+    """An elementwise operation reads ``broadcast_to(x)``'s source ``x`` where its own broadcasting
+    gives the same result shape (the broadcast was one NumPy call and a wrapper)."""
+    if not _elementwise(eqn):
+        return None
+    args = list(eqn.args)
+    out = eqn.outs[0]
+    changed = False
+    for k, a in enumerate(args):
+        src = defs.get(a.id) if type(a) is Var else None
+        if src is None or src.prim is not S.broadcast_to or type(src.args[0]) is not Var:
+            continue
+        trial = args[:k] + [src.args[0]] + args[k + 1:]
+        if np.broadcast_shapes(*(_shape(t) for t in trial)) == out.shape:
+            args = trial
+            changed = True
+    if not changed:
+        return None
+    return [Eqn(eqn.prim, tuple(args), {}, eqn.outs, _vars(*args), eqn.source)]
+
+
+# --- the pass ----------------------------------------------------------------------------------------
+def _cancel_negations(eqns, counts, defs, rename):
+    """``-(... (-a) * b / c ...)`` is ``(... a * b / c ...)``: the backward pass of ``1 / (1 + exp(-x))``
+    negates the cotangent in divide's rule and again in negative's. Both go where the chain between
+    them is products and quotients each read once; a chain with a float constant instead takes the
+    constant negated (exact: negation only flips the sign bit)."""
+    drop = set()
+    replace = {}   # eqn position -> new eqn (the inner product reading ``a``)
+    position = {id(e): k for k, e in enumerate(eqns)}
+    for eqn in eqns:
+        if eqn.prim is not E.negative or type(eqn.args[0]) is not Var or eqn.params:
+            continue
+        y = eqn.args[0]
+        for _ in range(8):
+            link = defs.get(y.id)
+            if link is None or counts.get(y.id) != 1 or link.prim not in (E.multiply, E.divide) or link.params \
+                    or id(link) in drop or position[id(link)] in replace:
+                break
+            inner = None
+            for k, a in enumerate(link.args):
+                src = defs.get(a.id) if type(a) is Var else None
+                if src is not None and src.prim is E.negative and counts.get(a.id) == 1 and not src.params \
+                        and type(src.args[0]) is Var and id(src) not in drop:
+                    inner = (k, a, src)
+                    break
+            if inner is None:
+                for k, a in enumerate(link.args):   # or a float constant, negated once here
+                    if type(a) is float or (type(a) is np.ndarray and a.dtype.kind in "fc") or \
+                            (isinstance(a, np.generic) and a.dtype.kind in "fc"):
+                        inner = (k, a, None)
+                        break
+            if inner is not None:
+                k, a, src = inner
+                args = list(link.args)
+                args[k] = -a if src is None else src.args[0]
+                replace[position[id(link)]] = Eqn(link.prim, tuple(args), {}, link.outs, _vars(*args), link.source)
+                if src is not None:
+                    drop.add(id(src))
+                drop.add(id(eqn))
+                rename[eqn.outs[0].id] = eqn.args[0]
+                break
+            nxt = [a for a in link.args if type(a) is Var and defs.get(a.id) is not None
+                   and defs[a.id].prim in (E.multiply, E.divide) and counts.get(a.id) == 1]
+            if len(nxt) != 1:
+                break
+            y = nxt[0]
+    if not drop:
+        return eqns
+    return [replace.get(k, e) for k, e in enumerate(eqns) if id(e) not in drop]
+
+
+def _unit_divisor(eqn, fresh_results, returned):
+    """``x / 1`` is ``x`` (``np.sum(...) / x.shape[0]`` at batch 1): dropped where ``x`` has the
+    product's shape and dtype; a returned quotient only when ``x`` is a fresh array read nowhere else."""
+    if eqn.prim is not E.divide or eqn.params:
+        return None
+    x, c = eqn.args
+    out = eqn.outs[0]
+    if type(x) is not Var or type(c) is Var or not _ir._is_one(c) or x.shape != out.shape or x.dtype != out.dtype:
+        return None
+    if out.id in returned and (x.id not in fresh_results or x.id in returned):
+        return None
+    return x
+
+
+def simplify(program):
+    """The rewrites above, in one walk (plus one for negations), then dead code dropped."""
+    counts = _uses(program)
+    defs = {}
+    fresh = _Fresh(program)
+    returned = {v.id for v in program.outputs if type(v) is Var}
+    fresh_results = set()
+    rename = {}
+    out = []
+    for eqn in program.eqns:
+        if rename:
+            eqn = renamed(eqn, rename)
+        new = (_diagonal_product(eqn, defs, fresh) or _diagonal_of_product(eqn, defs, counts)
+               or _scatter_is_reshape(eqn) or _implicit_broadcasts(eqn, defs))
+        if new is not None:
+            for v in eqn.uses:
+                counts[v.id] -= 1
+            for e in new:
+                for v in e.uses:
+                    counts[v.id] = counts.get(v.id, 0) + 1
+        else:
+            new = [eqn]
+        eqn = new[-1]
+        x = _unit_divisor(eqn, fresh_results, returned)
+        if x is not None:
+            rename[eqn.outs[0].id] = x
+            counts[x.id] += counts.get(eqn.outs[0].id, 0) - 1
+            new = new[:-1]
+        for e in new:
+            for o in e.outs:
+                defs[o.id] = e
+            if _elementwise(e):
+                fresh_results.add(e.outs[0].id)
+        out.extend(new)
+    outputs = [substitute(v, rename) for v in program.outputs] if rename else program.outputs
+    rename = {}
+    eqns = _cancel_negations(out, _uses(Program(program.inputs, out, outputs)), defs, rename)
+    if rename:
+        eqns = [renamed(e, rename) for e in eqns]
+        outputs = [substitute(v, rename) for v in outputs]
+    return _ir.dce(Program(program.inputs, eqns, outputs))
+
+
+# --- spelling ----------------------------------------------------------------------------------------
+class _Call:
+    """A primitive-like record for the generated code (a name and the callable written)."""
+
+    multiple_results = False
+
+    def __init__(self, name, impl):
+        self.name = name
+        self.impl = impl
+
+
+_SUM = _Call("add_reduce", np.add.reduce)
+_MAX = _Call("maximum_reduce", np.maximum.reduce)
+_MIN = _Call("minimum_reduce", np.minimum.reduce)
+_T = _Call("T", operator.attrgetter("T"))
+_TRANSPOSE = _Call("ndarray_transpose", np.ndarray.transpose)
+_RESHAPE = _Call("ndarray_reshape", np.ndarray.reshape)
+_DOT = _Call("np_dot", np.dot)
+_MATMUL = _Call("np_matmul", np.matmul)
+
+
+def _spelled(eqn):
+    prim = eqn.prim
+    args = eqn.args
+    if not args or type(args[0]) is not Var or args[0].shape == ():
+        return None   # a NumPy scalar has no ufunc reduction or array method: kept as the primitive
+    x = args[0]
+    out = eqn.outs[0]
+    if prim is R.sum_ or prim is R.max_ or prim is R.min_:
+        kinds = "fc" if prim is R.sum_ else "fiu"
+        if len(args) != 1 or x.dtype.kind not in kinds or out.dtype != x.dtype:
+            return None
+        call = _SUM if prim is R.sum_ else _MAX if prim is R.max_ else _MIN
+        return Eqn(call, args, eqn.params, eqn.outs, eqn.uses, eqn.source)
+    if prim is S.transpose and len(args) == 1:
+        axes = eqn.params.get("axes")
+        n = len(x.shape)
+        if axes is None or tuple(axes) == tuple(range(n))[::-1]:
+            return Eqn(_T, args, {}, eqn.outs, eqn.uses, eqn.source)
+        return Eqn(_TRANSPOSE, (x, tuple(axes)), {}, eqn.outs, eqn.uses, eqn.source)
+    if prim is S.reshape and len(args) == 1:
+        return Eqn(_RESHAPE, (x, eqn.params["shape"]), {}, eqn.outs, eqn.uses, eqn.source)
+    if (prim is C.dot or prim is C.matmul) and len(args) == 2 and type(args[1]) is Var and args[1].shape != ():
+        if len(x.shape) <= 2 and len(args[1].shape) <= 2:
+            return Eqn(_DOT, args, {}, eqn.outs, eqn.uses, eqn.source)   # what both rules run on matrices
+        if prim is C.matmul:
+            return Eqn(_MATMUL, args, {}, eqn.outs, eqn.uses, eqn.source)
+    return None
+
+
+def spell(program):
+    """Each reduction, transpose, reshape and product written as the NumPy call it runs, without the
+    primitive's wrapper (the program's operands are arrays of known shape and dtype)."""
+    eqns = [_spelled(eqn) or eqn for eqn in program.eqns]
+    return Program(program.inputs, eqns, program.outputs)

@@ -1,0 +1,193 @@
+"""The rewrites of transforms/_rewrite.py: each one happens on the program it targets (read off
+``as_text()``), and the rewritten program's values and gradients equal eager wengert's."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import wengert as wg
+import wengert.numpy as wnp
+from wengert.primitives import nn as P
+from wengert.transforms import _ir
+
+rng = np.random.default_rng(7)
+
+
+def assert_trees_close(a, b, rtol=1e-10, atol=1e-12):
+    la, ta = wg.tree.flatten(a)
+    lb, tb = wg.tree.flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        assert np.shape(x) == np.shape(y)
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+def calls(text, name):
+    """How many lines of the program call ``name``."""
+    return len(re.findall(rf"= {name}\(", text))
+
+
+def staged(f, *args, argnums=0):
+    """(jit's value and gradient, eager's, the program's text, the program without the rewrites)."""
+    vg = wg.value_and_grad(f, argnums=argnums)
+    jitted = wg.jit(vg)
+    text = jitted.lower(*args).as_text()
+    saved = dict(_ir.PASSES)
+    _ir.PASSES.update(simplify=False, spell=False)
+    try:
+        plain = wg.jit(wg.value_and_grad(f, argnums=argnums)).lower(*args).as_text()
+    finally:
+        _ir.PASSES.update(saved)
+    return jitted(*args), vg(*args), text, plain
+
+
+def test_diagonal_of_a_product_and_its_gradient_use_the_diagonal_alone():
+    """np.diag(a.T @ b) per step (W2's diagmatmul): the forward pass is one einsum, not the whole
+    product; the backward pass multiplies by the cotangent, not by a dense diagonal matrix."""
+    a = rng.standard_normal((6, 5))
+    bs = rng.standard_normal((4, 6, 5))
+    w = rng.standard_normal((4, 5))
+
+    def f(a, bs, w):
+        zs = wnp.stack([wnp.diag(a.T @ bs[t]) for t in range(4)])
+        return wnp.sum(wnp.tanh(zs) * w)
+
+    got, want, text, plain = staged(f, a, bs, w, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(plain, "diagonal_embed") >= 1 and calls(text, "diagonal_embed") == 0
+    assert calls(text, "diagonal") == 0 and calls(text, "einsum") >= 1
+
+
+def test_products_with_an_embedded_diagonal_are_scalings():
+    d = rng.standard_normal(5)
+    m = rng.standard_normal((5, 3))
+    v = rng.standard_normal(5)
+
+    def f(d, m, v):
+        e = wnp.diag(wnp.sin(d))
+        return wnp.sum(wnp.cos(e @ m)) + wnp.sum((m.T @ e) ** 2) + wnp.sum(wnp.exp(e @ v)) + wnp.sum(v @ e)
+
+    got, want, text, plain = staged(f, d, m, v, argnums=(0, 1, 2))
+    assert_trees_close(got, want)
+    assert calls(plain, "np_dot|_?matmul|_?dot") > calls(text, "np_dot|_?matmul|_?dot")
+    assert calls(text, "diagonal_embed") == 0
+
+
+def test_negations_through_products_cancel():
+    """The backward pass of 1 / (1 + exp(-x)) negates twice around a chain of products."""
+    w = rng.standard_normal((4, 3))
+    x = rng.standard_normal((2, 4))
+
+    def f(w, x):
+        return wnp.sum(1 / (1 + wnp.exp(-(x @ w))) * wnp.arange(3.0))
+
+    got, want, text, plain = staged(f, w, x)
+    assert_trees_close(got, want)
+    assert calls(plain, "negative") == 2 and calls(text, "negative") == 1   # the forward pass's own
+
+
+def test_negations_cancel_in_pairs_through_a_chain():
+    w = rng.standard_normal((4, 3))
+    x = rng.standard_normal((2, 4))
+    v = rng.standard_normal(3)
+
+    def f(w, x, v):
+        h = 1 / (1 + wnp.exp(-(x @ w)))
+        return wnp.sum(1 / (1 + wnp.exp(-(h * v))) * wnp.arange(3.0))
+
+    got, want, text, plain = staged(f, w, x, v, argnums=(0, 2))
+    assert_trees_close(got, want)
+    assert calls(plain, "negative") == 5 and calls(text, "negative") == 2
+
+
+def test_broadcasts_read_by_elementwise_operations_are_implicit():
+    x = rng.standard_normal((5, 3))
+
+    def f(x):
+        e = wnp.exp(x - wnp.max(x, axis=0, keepdims=True))
+        return wnp.sum(e / wnp.sum(e, axis=0, keepdims=True) * wnp.arange(15.0).reshape(5, 3))
+
+    got, want, text, plain = staged(f, x)
+    assert_trees_close(got, want)
+    assert calls(plain, "broadcast_to") >= 2 and calls(text, "broadcast_to") == 0
+
+
+def test_a_scatter_into_zeros_that_only_adds_axes_is_a_reshape():
+    x = rng.standard_normal((4, 3))
+    y = rng.standard_normal((2, 4, 3))
+
+    def f(x, y):
+        return wnp.sum(wnp.sin(x[None, :, :] * y))
+
+    got, want, text, plain = staged(f, x, y)
+    assert_trees_close(got, want)
+    assert calls(plain, "index_add") == 1 and calls(text, "index_add") == 0
+
+
+def test_a_division_by_one_is_dropped_also_for_a_returned_value():
+    x = rng.standard_normal((1, 3))
+
+    def f(x):
+        return -wnp.sum(wnp.sin(x)) / x.shape[0]
+
+    got, want, text, plain = staged(f, x)
+    assert_trees_close(got, want)
+    assert re.search(r"divide\(v\d+, 1\)", plain) and not re.search(r"divide\(v\d+, 1\)", text)
+    value, grad = wg.jit(f)(x), wg.jit(wg.grad(f))(x)
+    assert type(value) is type(f(x)) and grad.shape == x.shape
+
+
+def test_reductions_transposes_and_reshapes_are_written_as_numpy_calls():
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    mask = x > 0
+
+    def f(w, x):
+        h = wnp.tanh(x @ w)
+        return wnp.sum(h.reshape(3, 2) ** 2) + wnp.sum(wnp.max(h, axis=1)) + wnp.sum(mask) * wnp.sum(h)
+
+    got, want, text, plain = staged(f, w, x)
+    assert_trees_close(got, want, rtol=1e-6, atol=1e-6)
+    assert calls(text, "add_reduce") >= 2 and calls(text, "maximum_reduce") == 1 and calls(text, "T") >= 1
+    assert calls(text, "ndarray_reshape") >= 1
+    assert calls(text, "_sum") == 1          # the sum of a boolean mask counts: it keeps the primitive
+    assert calls(plain, "add_reduce") == 0
+
+
+def test_rewrites_keep_values_for_every_input_of_the_cached_program():
+    """Softmax whose maximum ties, and log_softmax/logsumexp rows of -inf (not finite maxima),
+    through the cached program and eager."""
+    def f(x):
+        m = wnp.max(x, axis=1, keepdims=True)
+        return wnp.sum(wnp.exp(x - m) / wnp.sum(wnp.exp(x - m), axis=1, keepdims=True) * wnp.arange(4.0))
+
+    jitted = wg.jit(wg.value_and_grad(f))
+    for x in (rng.standard_normal((3, 4)), np.array([[1.0, 1.0, 0.0, 1.0], [2.0, -1.0, 2.0, 0.0], [0.0] * 4])):
+        assert_trees_close(jitted(x), wg.value_and_grad(f)(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nn_primitives_on_float_arrays_agree_with_the_general_path(dtype):
+    """A finite row takes NumPy's few calls; an array with rows of -inf or +inf takes the general
+    path (the maximum replaced by 0); both give the finite row the same values."""
+    x = rng.standard_normal((3, 5)).astype(dtype)
+    x[1] = -np.inf
+    x[2, 1] = np.inf
+    exact = x[:1].astype(np.float64)
+    with np.errstate(all="ignore"):
+        for keepdims in (True, False):
+            for axis in ((1,), None):
+                fast = P.logsumexp.impl(x[:1], axis=axis, keepdims=keepdims)
+                want = np.log(np.sum(np.exp(exact), axis=axis, keepdims=keepdims))
+                assert fast.dtype == dtype and fast.shape == want.shape
+                np.testing.assert_allclose(fast, want, rtol=1e-6)
+            general = P.logsumexp.impl(x, axis=(1,), keepdims=keepdims)
+            np.testing.assert_allclose(general[:1], P.logsumexp.impl(x[:1], axis=(1,), keepdims=keepdims), rtol=1e-6)
+        for prim, want in ((P.log_softmax, exact - np.log(np.sum(np.exp(exact)))),
+                           (P.softmax, np.exp(exact) / np.sum(np.exp(exact)))):
+            fast, general = prim.impl(x[:1], axis=(1,)), prim.impl(x, axis=(1,))
+            assert fast.dtype == dtype and general.dtype == dtype
+            np.testing.assert_allclose(fast, want, rtol=1e-5)
+            np.testing.assert_allclose(general[:1], fast, rtol=1e-6)
