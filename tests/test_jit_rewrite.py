@@ -191,3 +191,45 @@ def test_nn_primitives_on_float_arrays_agree_with_the_general_path(dtype):
             assert fast.dtype == dtype and general.dtype == dtype
             np.testing.assert_allclose(fast, want, rtol=1e-5)
             np.testing.assert_allclose(general[:1], fast, rtol=1e-6)
+
+
+def test_reshape_chains_and_sums_reshaped_to_their_kept_shape_are_one_call():
+    """The backward passes of ``x[None, :, :]`` and of ``nb[:, None, :] * na[None, :, :]``: a sum,
+    reshaped to the kept shape, scattered back through new axes (a reshape), i.e. one sum."""
+    a = rng.standard_normal((6, 4, 3))
+    b = rng.standard_normal((6, 5, 3))
+
+    def f(a, b):
+        na = wnp.sqrt(wnp.sum(a ** 2, axis=0))
+        nb = wnp.sqrt(wnp.sum(b ** 2, axis=0))
+        return wnp.sum(wnp.tanh(nb[:, None, :] * na[None, :, :]))
+
+    got, want, text, plain = staged(f, a, b, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(plain, "reshape") >= 4 and calls(text, "ndarray_reshape") <= 2
+    assert calls(text, "index_add") == 0
+
+
+def test_calls_with_arrays_and_tuples_of_arrays_take_the_short_way_with_the_same_results():
+    """Positional arrays and flat tuples/lists of arrays key the cached program by kinds, shapes and
+    dtypes; a tuple and a list, another dtype or a record are other signatures."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class P:
+        w: object
+        b: object
+
+    def loss(params, x):
+        w, b = (params.w, params.b) if isinstance(params, P) else params
+        return wnp.sum(wnp.tanh(x @ w + b))
+
+    jitted = wg.jit(wg.value_and_grad(loss))
+    w, b, x = rng.standard_normal((3, 2)), rng.standard_normal(2), rng.standard_normal((4, 3))
+    for params in ((w, b), [w, b], (w, b), P(w, b), (w.astype(np.float32), b), [w, b]):
+        got = jitted(params, x)
+        want = wg.value_and_grad(loss)(params, x)
+        assert type(got[1]) is type(want[1])
+        assert_trees_close(got, want, rtol=1e-6, atol=1e-6)
+    assert jitted.traces == 4
+    assert jitted._quick   # the short way was taken (and filled)

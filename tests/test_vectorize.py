@@ -307,7 +307,7 @@ def test_vectorize_false_keeps_the_program_and_counts_are_reported():
 
     on, off = wg.jit(f).lower(x), wg.jit(f, vectorize=False).lower(x)
     assert off.vectorized == {} and "vectorized" not in off.as_text()
-    assert on.vectorized["before"] >= off.eqns > on.eqns == on.vectorized["after"]
+    assert on.vectorized["before"] >= off.eqns > on.vectorized["after"] >= on.eqns  # the rewrites after it drop more
     assert on.vectorized["batched"] >= 2 * N
 
 

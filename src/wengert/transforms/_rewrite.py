@@ -161,6 +161,60 @@ def _scatter_is_reshape(eqn):
     return [Eqn(S.reshape, (g,), {"shape": out.shape}, eqn.outs, (g,), eqn.source)]
 
 
+# --- reshapes ---------------------------------------------------------------------------------------
+def _kept_shape(shape, axis):
+    if axis is None:
+        return (1,) * len(shape)
+    axes = {a % len(shape) for a in (axis if type(axis) is tuple else (axis,))}
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _reshape_of(eqn, defs, counts):
+    """A reshape of a reshape is one reshape (the backward passes of ``x[None]`` and of a sum
+    follow each other), and a reshape of ``sum(x, keepdims=False)`` back to the kept shape is
+    ``sum(x, keepdims=True)`` (unbroadcast's sum, then the sum rule's reshape)."""
+    if eqn.prim is not S.reshape or type(eqn.args[0]) is not Var:
+        return None
+    src = defs.get(eqn.args[0].id)
+    if src is None:
+        return None
+    shape = eqn.outs[0].shape
+    if src.prim is S.reshape and type(src.args[0]) is Var:
+        return [Eqn(S.reshape, (src.args[0],), {"shape": shape}, eqn.outs, (src.args[0],), eqn.source)]
+    if src.prim is R.sum_ and counts.get(eqn.args[0].id) == 1 and len(src.args) == 1 and type(src.args[0]) is Var \
+            and set(src.params) <= {"axis", "keepdims"} and src.args[0].shape != () and shape != ():
+        x = src.args[0]
+        kept = _kept_shape(x.shape, src.params.get("axis"))
+        if shape == kept:
+            keepdims = True
+        elif shape == _squeezed_shape(x.shape, src.params.get("axis")):
+            keepdims = False
+        else:
+            return None
+        return [Eqn(R.sum_, (x,), dict(src.params, keepdims=keepdims), eqn.outs, (x,), eqn.source)]
+    return None
+
+
+def _squeezed_shape(shape, axis):
+    if axis is None:
+        return ()
+    axes = {a % len(shape) for a in (axis if type(axis) is tuple else (axis,))}
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def _same_reshape(eqn, fresh_results, returned):
+    """A reshape to the operand's own shape is the operand (as ``x / 1``)."""
+    if eqn.prim is not S.reshape or type(eqn.args[0]) is not Var:
+        return None
+    x = eqn.args[0]
+    out = eqn.outs[0]
+    if x.shape != out.shape or x.dtype != out.dtype:
+        return None
+    if out.id in returned and (x.id not in fresh_results or x.id in returned):
+        return None
+    return x
+
+
 # --- broadcasts into elementwise operations ---------------------------------------------------------
 def _elementwise(eqn):
     impl = eqn.prim.impl
@@ -265,18 +319,24 @@ def simplify(program):
     for eqn in program.eqns:
         if rename:
             eqn = renamed(eqn, rename)
-        new = (_diagonal_product(eqn, defs, fresh) or _diagonal_of_product(eqn, defs, counts)
-               or _scatter_is_reshape(eqn) or _implicit_broadcasts(eqn, defs))
-        if new is not None:
+        new = []
+        for _ in range(4):   # a rewrite's result may be rewritten again (a scatter become a reshape, of a sum)
+            step = (_diagonal_product(eqn, defs, fresh) or _diagonal_of_product(eqn, defs, counts)
+                    or _scatter_is_reshape(eqn) or _implicit_broadcasts(eqn, defs) or _reshape_of(eqn, defs, counts))
+            if step is None:
+                break
             for v in eqn.uses:
                 counts[v.id] -= 1
-            for e in new:
+            for e in step:
                 for v in e.uses:
                     counts[v.id] = counts.get(v.id, 0) + 1
-        else:
-            new = [eqn]
-        eqn = new[-1]
-        x = _unit_divisor(eqn, fresh_results, returned)
+            for e in step[:-1]:
+                for o in e.outs:
+                    defs[o.id] = e
+            new.extend(step[:-1])
+            eqn = step[-1]
+        new.append(eqn)
+        x = _unit_divisor(eqn, fresh_results, returned) or _same_reshape(eqn, fresh_results, returned)
         if x is not None:
             rename[eqn.outs[0].id] = x
             counts[x.id] += counts.get(eqn.outs[0].id, 0) - 1

@@ -447,6 +447,54 @@ def _leaf_key(leaf, where):
         "be static: wg.jit(f, static_argnums=...) or static_argnames=...")
 
 
+def _quick_key(args):
+    """``(key, leaves)`` for positional arguments that are arrays or flat tuples/lists of arrays: the
+    key (kinds, shapes, dtypes) determines the signature as :meth:`Jitted._signature` would; None for
+    any other argument (it takes the general way)."""
+    leaves = []
+    parts = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            leaves.append(a)
+            parts.append(a.shape)
+            parts.append(a.dtype)
+        elif t is tuple or t is list:
+            parts.append((t, len(a)))
+            for x in a:
+                if type(x) is not np.ndarray:
+                    return None
+                leaves.append(x)
+                parts.append(x.shape)
+                parts.append(x.dtype)
+        else:
+            return None
+    return (len(args), tuple(parts)), leaves
+
+
+def _rebuilder(treedef):
+    """A function from the program's flat outputs to the result's tree: for tuples, lists and None
+    (value_and_grad's results) one compiled expression, otherwise ``tree.unflatten``."""
+    counter = iter(range(treedef.num_leaves))
+
+    def expr(d):
+        if d.kind == "leaf":
+            return f"o[{next(counter)}]"
+        if d.kind == "none":
+            return "None"
+        inner = "".join(expr(c) + ", " for c in d.children)
+        if d.kind == "tuple":
+            return f"({inner})"
+        if d.kind == "list":
+            return f"[{inner}]"
+        raise LookupError
+    try:
+        text = expr(treedef)
+    except LookupError:
+        return functools.partial(tree.unflatten, treedef)
+    return eval(f"lambda o: {text}")  # noqa: S307 - built above from tuple/list/None kinds and indexes
+
+
 class Jitted:
     """``wg.jit(f)``: call it like ``f``; ``lower(*args)`` gives the program for those arguments."""
 
@@ -462,6 +510,7 @@ class Jitted:
         self.cache_size = cache_size
         self.vectorize = vectorize
         self._cache = collections.OrderedDict()
+        self._quick = {}  # _quick_key of plain positional arrays -> (entry, rebuild, key): see run_plain
         self.traces = 0  # how many times f was traced (a new signature, or a signature evicted)
         self._flats = {}  # (static values, tree structure) -> _Flat: its call primitive's programs
         try:
@@ -508,7 +557,20 @@ class Jitted:
         return self.run_plain(args, kwargs)
 
     def run_plain(self, args, kwargs):
-        """Run the program for these (untraced) arguments, tracing it first for a new signature."""
+        """Run the program for these (untraced) arguments, tracing it first for a new signature.
+        Arguments that are arrays and flat tuples/lists of arrays (most calls) take a shorter way to
+        the cached program: their shapes and dtypes key it without a pytree flatten and its hash."""
+        quick = None if kwargs or self.static_argnums or self.static_argnames else _quick_key(args)
+        if quick is not None:
+            hit = self._quick.get(quick[0])
+            if hit is not None:
+                entry, rebuild, key = hit
+                cache = self._cache
+                if next(reversed(cache)) is not key:   # least recently used goes first, as below
+                    cache.move_to_end(key)
+                if entry.donated:
+                    self._check_donated(entry.donated, quick[1])
+                return rebuild(entry.fn(*quick[1]))
         key, static, leaves, treedef = self._signature(args, kwargs)
         cache = self._cache
         entry = cache.get(key)
@@ -517,8 +579,11 @@ class Jitted:
             cache[key] = entry
             if len(cache) > self.cache_size:
                 cache.popitem(last=False)
+                self._quick.clear()   # it may hold the evicted entry
         else:
             cache.move_to_end(key)
+        if quick is not None:
+            self._quick[quick[0]] = (entry, _rebuilder(entry.out_tree), key)
         if entry.donated:
             self._check_donated(entry.donated, leaves)
         return tree.unflatten(entry.out_tree, entry.fn(*leaves))
@@ -592,6 +657,7 @@ class Jitted:
             entry = self._cache[key] = self._lower(static, leaves, treedef, sources=True)
             if len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
+                self._quick.clear()
         elif not entry.sources:  # lowered by a call: as_text() traces it again for the comments
             entry._relower = functools.partial(self._lower, static, leaves, treedef, sources=True)
         return entry
