@@ -11,17 +11,9 @@ import wengert as wg
 import wengert.numpy as wnp
 from wengert.primitives import nn as P
 from wengert.transforms import _ir
+from test_jit import assert_trees_close
 
 rng = np.random.default_rng(7)
-
-
-def assert_trees_close(a, b, rtol=1e-10, atol=1e-12):
-    la, ta = wg.tree.flatten(a)
-    lb, tb = wg.tree.flatten(b)
-    assert ta == tb
-    for x, y in zip(la, lb):
-        assert np.shape(x) == np.shape(y)
-        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
 
 
 def calls(text, name):

@@ -39,7 +39,7 @@ def is_basic(index):
     return True
 
 
-def _plain_basic(index):
+def is_plain_basic(index):
     """An index of ints and slices only (a view, and no tracer in it)."""
     kind = type(index)
     if kind is tuple:
@@ -188,7 +188,7 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                         accumulate(cts, owned, parent, c)
             continue
         if prim.indexed_read is not None and inline and type(g) is _ndarray and prim._vjp[0] is prim.indexed_read \
-                and _plain_basic(params["index"]):
+                and is_plain_basic(params["index"]):
             # x[index] read in a loop: g added at index into x's buffer, as _add_at would (a view)
             index = params["index"]
             parent = parents[0][1]

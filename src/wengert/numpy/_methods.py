@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from ..core.backward import is_plain_basic
 from ..core.errors import NoDerivativeError
 from ..core.mutation import check_not_stale, stale_guard, write_in_place
 from ..core.trace import SMALL, Metadata, Tracer, bind, make_tracer, unbox
@@ -54,18 +55,9 @@ def clean_index(index):
     return index
 
 
-_PLAIN_INDEX = (int, slice)
-
-
 def _getitem(self, index):
     """``x[index]``: the hot path of per-column loops, recorded here without the generic ``bind``."""
-    t = type(index)
-    if t is tuple:
-        for i in index:
-            if type(i) not in _PLAIN_INDEX:
-                index = clean_index(index)
-                break
-    elif t is not int and t is not slice:
+    if not is_plain_basic(index):   # ints and slices need no cleaning
         index = clean_index(index)
     trace = self._trace
     value = self.value
@@ -85,13 +77,7 @@ def _getitem(self, index):
 
 def _setitem(self, index, value):
     """``x[index] = value``: NumPy's meaning, recorded as one write (``core/mutation.py``)."""
-    t = type(index)
-    if t is tuple:
-        for i in index:
-            if type(i) not in _PLAIN_INDEX:
-                index = clean_index(index)
-                break
-    elif t is not int and t is not slice:
+    if not is_plain_basic(index):   # ints and slices need no cleaning
         index = clean_index(index)
     write_in_place(self, index, value, write)
 
