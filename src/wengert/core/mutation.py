@@ -214,16 +214,23 @@ def _record_write(x, index, value, write_prim):
         ours = type(value) is Tracer and value._trace is trace
         plain_value = value.value if ours else value
         if type(plain_value) is not Tracer:
-            array[index] = plain_value
-            tape = trace.tape
-            last = len(tape)
-            tape.append((write_prim, [None, None], None,
-                         {"index": index, "value_shape": plain_value.shape if type(plain_value) is np.ndarray
-                          else np.shape(plain_value)},
-                         ((0, x.index), (1, value.index)) if ours else ((0, x.index),)))
-            x.index = last
+            _write_and_record(trace, x, index, value, plain_value, ours, write_prim)
             return
     return _checked_write(x, index, value, write_prim)
+
+
+def _write_and_record(trace, x, index, value, plain_value, ours, write_prim):
+    """Write into ``x``'s array and append the write's tape entry (which keeps nothing); ``x`` now
+    stands for the written array. Returns the entry's index."""
+    x.value[index] = plain_value
+    shape = plain_value.shape if type(plain_value) is np.ndarray or type(plain_value) is Tracer \
+        else np.shape(plain_value)
+    tape = trace.tape
+    last = len(tape)
+    tape.append((write_prim, [None, None], None, {"index": index, "value_shape": shape},
+                 ((0, x.index), (1, value.index)) if ours else ((0, x.index),)))
+    x.index = last
+    return last
 
 
 def _checked_write(x, index, value, write_prim):
@@ -260,14 +267,7 @@ def _checked_write(x, index, value, write_prim):
         trace.guard = stale_guard
     elif x.index < trace.last_write:
         check_not_stale(trace, (x,), write_prim)
-    array[index] = plain_value
-    shape = plain_value.shape if type(plain_value) is np.ndarray or type(plain_value) is Tracer \
-        else np.shape(plain_value)
-    tape = trace.tape
-    last = len(tape)
-    tape.append((write_prim, [None, None], None, {"index": index, "value_shape": shape},
-                 ((0, x.index), (1, value.index)) if ours else ((0, x.index),)))
-    x.index = last
+    last = _write_and_record(trace, x, index, value, plain_value, ours, write_prim)
     trace.written[key] = last
     trace.last_write = last
     trace.scanned = last + 1   # the write's entry keeps nothing
