@@ -856,9 +856,11 @@ class _Split:
 
     def __init__(self, flat, primals):
         key, static, leaves, treedef = flat.call._signature(primals, {})
-        lowered = flat.call._cache.get(key) or flat.call._lower(static, leaves, treedef, sources=False)
+        lowered = flat.call._cache.get(key)   # the outputs' shapes: from the program, or a trace of f
+        outputs = lowered.program.outputs if lowered is not None else \
+            flat.call._stage(static, leaves, treedef, sources=False)[0].outputs
         samples = [np.zeros(v.shape, v.dtype) if type(v) is _ir.Var else np.zeros(np.shape(v), np.result_type(v))
-                   for v in lowered.program.outputs]     # the outputs' cotangents, as samples
+                   for v in outputs]     # the outputs' cotangents, as samples
         self.outputs = len(samples)
         self.diff = [k for k, p in enumerate(primals) if _inexact(p)]
         joint = Jitted(flat.run_joint, vectorize=flat.jitted.vectorize)
