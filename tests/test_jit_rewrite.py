@@ -225,3 +225,77 @@ def test_calls_with_arrays_and_tuples_of_arrays_take_the_short_way_with_the_same
         assert_trees_close(got, want, rtol=1e-6, atol=1e-6)
     assert jitted.traces == 4
     assert jitted._quick   # the short way was taken (and filled)
+
+
+def test_broadcast_products_summed_are_einsums_and_a_weighted_loss_reuses_the_backward_contraction():
+    """W2's attention: ``C = sum(alpha[None] * H, axis=1)``, ``loss = sum(C * w)``. The forward and
+    backward products over the large ``H`` are einsums, and the loss is ``sum(alpha * G)`` with the
+    backward pass's ``G = einsum(w, H)``, so ``H`` is read by one equation."""
+    alpha = rng.standard_normal((16, 8))
+    H = rng.standard_normal((40, 16, 8))
+    w = rng.standard_normal((40, 8))
+
+    def f(alpha, H, w):
+        a = wnp.exp(alpha)
+        return wnp.sum(wnp.sum(a[None, :, :] * H, axis=1) * w)
+
+    got, want, text, plain = staged(f, alpha, H, w)
+    assert_trees_close(got, want)
+    assert calls(plain, "einsum") == 0 and calls(text, "einsum") == 2
+    reads_of_h = [line for line in text.splitlines()[1:] if re.search(r"\bx1\b", line.split("#")[0])]
+    assert len(reads_of_h) == 1 and "einsum" in reads_of_h[0]
+    saved = dict(_ir.PASSES)
+    _ir.PASSES.update(contract=False)
+    try:
+        without = wg.jit(wg.value_and_grad(f)).lower(alpha, H, w).as_text()
+    finally:
+        _ir.PASSES.update(saved)
+    assert calls(without, "einsum") == 0
+
+
+def test_product_sums_keep_kept_axes_size_one_and_small_products_alone():
+    """keepdims=True sums and reshape-expanded operands (the backward pass of a sum) give the same
+    values; a product smaller than the threshold stays a multiply and a sum."""
+    x = rng.standard_normal((32, 16))
+    y = rng.standard_normal((12, 32, 16))
+
+    def f(x, y):
+        s = wnp.sum(wnp.tanh(x)[None, :, :] * y, axis=(0, 2), keepdims=True)
+        return wnp.sum(wnp.sin(s)) + wnp.sum(wnp.cos(x[:2, :2])[None] * y[:3, :2, :2])
+
+    got, want, text, _ = staged(f, x, y, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "einsum") >= 2   # the forward sum and the backward products over y's shape
+    jitted = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    for _ in range(2):
+        x, y = rng.standard_normal(x.shape), rng.standard_normal(y.shape)
+        assert_trees_close(jitted(x, y), wg.value_and_grad(f, argnums=(0, 1))(x, y))
+
+
+def test_elementwise_results_are_written_into_dead_operands_they_own_and_never_into_live_views():
+    """``x @ w + b`` adds into the product's buffer; a ufunc does not write into an operand a later
+    view still reads, nor into an input; results of one call are not changed by the next."""
+    w = rng.standard_normal((6, 5))
+    b = rng.standard_normal(5)
+
+    def f(w, b, x):
+        y = wnp.exp(x @ w + b)
+        first = y[0]                     # a view of y, read after y's last direct read
+        z = wnp.sin(y)
+        return wnp.sum(z * 2.0 + first) + wnp.sum(x * 1.5)
+
+    x = rng.standard_normal((4, 6))
+    forward = wg.jit(f)
+    text = forward.lower(w, b, x).as_text()
+    assert re.search(r"= add_in_place\(v\d+, x1\)", text) and re.search(r"= exp\((v\d+), out=\1\)", text)
+    assert re.search(r"= sin\(v\d+\)[;\s]", text)   # not into y: its view ``first`` is read afterwards
+    assert not re.search(r"out=x\d", text)          # inputs are never written
+    assert_trees_close(forward(w, b, x), f(w, b, x))
+    jitted = wg.jit(wg.value_and_grad(f, argnums=(0, 1, 2)))
+    assert not re.search(r"out=x\d", jitted.lower(w, b, x).as_text())
+    first = jitted(w, b, x)
+    kept = wg.tree.map(np.copy, first)
+    again = jitted(w, b, rng.standard_normal((4, 6)))
+    assert_trees_close(first, kept, rtol=0, atol=0)
+    assert_trees_close(first, wg.value_and_grad(f, argnums=(0, 1, 2))(w, b, x))
+    assert not np.shares_memory(first[1][0], again[1][0])

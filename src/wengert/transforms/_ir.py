@@ -207,11 +207,12 @@ def cse(program):
 
 def _is_one(c):
     """Is constant ``c`` one everywhere? Checked only where that is cheap: a Python or NumPy scalar,
-    a small array, or a broadcast array (all strides 0: one value repeated, as a seed's ones are)."""
+    an array of at most 65,536 elements (a sum's cotangent, folded while tracing, can be dense
+    ones), or a broadcast array (all strides 0: one value repeated, as a seed's ones are)."""
     if type(c) in (int, float, bool) or isinstance(c, np.generic):
         return c == 1
-    if type(c) is np.ndarray and c.dtype.kind in "biufc" and (c.size <= 16 or not any(c.strides)):
-        return c.size > 0 and bool(np.all(c == 1) if c.size <= 16 else c.flat[0] == 1)
+    if type(c) is np.ndarray and c.dtype.kind in "biufc" and (c.size <= 1 << 16 or not any(c.strides)):
+        return c.size > 0 and bool(np.all(c == 1) if any(c.strides) else c.flat[0] == 1)
     return False
 
 
@@ -240,7 +241,8 @@ def drop_identities(program, multiply):
 
 
 # The passes, by name; benchmarks/jit.py switches them off one at a time to measure each.
-PASSES = {"identities": True, "cse": True, "simplify": True, "in_place": True, "spell": True}
+PASSES = {"identities": True, "cse": True, "simplify": True, "contract": True, "in_place": True, "out": True,
+          "spell": True}
 
 
 def optimize(program, prims, vectorize=None, donated=(), updates=True, simplify=None, spell=None):
@@ -268,7 +270,8 @@ def in_place_updates(program, prims, donated=(), spell=None):
     if PASSES["in_place"]:
         program = fold_indexed_adds(program, prims["index_add"], prims["add"])
         program = hoist_reads(program, prims["scatter_set"], prims["getitem"])
-        program = in_place(program, prims["scatter_set"], prims["index_add"], prims["add"], prims["getitem"], donated)
+        program = in_place(program, prims["scatter_set"], prims["index_add"], prims["add"], prims["getitem"], donated,
+                           fresh=prims.get("fresh", ()))
     if spell is not None and PASSES["spell"]:
         program = spell(program)
     return program
@@ -613,22 +616,28 @@ def fold_indexed_adds(program, index_add, add):
     return Program(program.inputs, out, program.outputs)
 
 
-def _into_donated(eqn, owned, donated_buffers, buffers, fits):
-    """The operand an elementwise ufunc may write its result into (``out=``): one that lives in a
-    donated input's buffer and is read for the last time here; None otherwise."""
+def _into_operand(eqn, owned, fits):
+    """The operand an elementwise ufunc may write its result into (``out=``): one whose buffer the
+    program owns (a fresh result, or a donated input) and that is read for the last time here, of
+    the result's shape and dtype; None otherwise. A fresh result of a million elements costs its
+    allocation and first touch (page faults) again per call: writing into a dead operand's buffer
+    instead made ``np.add`` 2.7x faster there (the forward pass's ``Wm @ x + b``, the backward
+    pass's products), and costs nothing at ten elements."""
     impl = eqn.prim.impl
     if not isinstance(impl, np.ufunc) or impl.nout != 1 or eqn.params or len(eqn.args) != impl.nin:
         return None
     for a in eqn.args:
-        if type(a) is Var and a.id in owned and buffers[a.id] <= donated_buffers and fits(a):
+        if type(a) is Var and a.id in owned and fits(a):
             return a
     return None
 
 
-def in_place(program, scatter_set, index_add, add, getitem, donated=()):
+def in_place(program, scatter_set, index_add, add, getitem, donated=(), fresh=()):
     """Mark the updates that may write into their first operand (see above). A donated input is
-    owned from the start, and an elementwise ufunc whose operand lives in a donated buffer (and is
-    read for the last time) writes its result there: ``p - lr * g`` updates ``p`` in place."""
+    owned from the start, and an elementwise ufunc whose operand the program owns and reads for the
+    last time writes its result there (:func:`_into_operand`): ``p - lr * g`` updates a donated
+    ``p`` in place, and ``x @ w + b`` adds ``b`` into the product. ``fresh``: primitives besides
+    the ufuncs whose results are always new arrays (products)."""
     eqns = program.eqns
     last = {}
     for k, eqn in enumerate(eqns):
@@ -644,7 +653,6 @@ def in_place(program, scatter_set, index_add, add, getitem, donated=()):
     for v in program.inputs:
         buffers[v.id] = frozenset((("in", v.id),))
         buffer_last[("in", v.id)] = max(buffer_last.get(("in", v.id), -1), last.get(v.id, -1))
-    donated_buffers = frozenset(("in", v.id) for v in donated)
     owned.update(v.id for v in donated)
     out = []
     for k, eqn in enumerate(eqns):
@@ -652,11 +660,17 @@ def in_place(program, scatter_set, index_add, add, getitem, donated=()):
         target = eqn.args[0] if eqn.args else None
         result = eqn.outs[0]
         replacement = None
-        if donated_buffers:
+        if prim is scatter_set or prim is index_add or (prim is add and not eqn.params):
+            if type(target) is Var and target.id in owned and target.shape == result.shape \
+                    and target.dtype == result.dtype and target.shape != () \
+                    and last.get(target.id) == k and all(buffer_last.get(b, -1) <= k for b in buffers[target.id]) \
+                    and not (prim is add and eqn.args[1] is target):
+                replacement = SET_IN_PLACE if prim is scatter_set else ADD_AT_IN_PLACE if prim is index_add else ADD_IN_PLACE
+        if replacement is None and PASSES["out"]:
             def fits(a, k=k, result=result):
                 return a.shape == result.shape and a.dtype == result.dtype and a.shape != () and last.get(a.id) == k \
                     and all(buffer_last.get(b, -1) <= k for b in buffers[a.id])
-            into = _into_donated(eqn, owned, donated_buffers, buffers, fits)
+            into = _into_operand(eqn, owned, fits)
             if into is not None:
                 eqn = Eqn(prim, eqn.args, {"out": into}, eqn.outs, eqn.uses, eqn.source)
                 buffers[result.id] = buffers[into.id]
@@ -665,17 +679,12 @@ def in_place(program, scatter_set, index_add, add, getitem, donated=()):
                     buffer_last[b] = max(buffer_last.get(b, -1), last.get(result.id, -1))
                 out.append(eqn)
                 continue
-        if prim is scatter_set or prim is index_add or (prim is add and not eqn.params):
-            if type(target) is Var and target.id in owned and target.shape == result.shape \
-                    and target.dtype == result.dtype and target.shape != () \
-                    and last.get(target.id) == k and all(buffer_last.get(b, -1) <= k for b in buffers[target.id]) \
-                    and not (prim is add and eqn.args[1] is target):
-                replacement = SET_IN_PLACE if prim is scatter_set else ADD_AT_IN_PLACE if prim is index_add else ADD_IN_PLACE
         if replacement is not None:
             eqn = Eqn(replacement, eqn.args, eqn.params, eqn.outs, eqn.uses, eqn.source)
             buffers[result.id] = buffers[target.id]
             owned.add(result.id)
-        elif isinstance(prim.impl, np.ufunc) or prim is scatter_set or prim is index_add or _scalar_read(eqn, getitem):
+        elif isinstance(prim.impl, np.ufunc) or prim in fresh or prim is scatter_set or prim is index_add \
+                or _scalar_read(eqn, getitem):
             for o in eqn.outs:
                 buffers[o.id] = frozenset((o.id,))
                 if o.shape != () and not _scalar_read(eqn, getitem):

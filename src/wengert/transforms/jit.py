@@ -43,6 +43,7 @@ from ..core.trace import (Primitive, ReverseTrace, Trace, Tracer, close_level, c
                           open_level, open_levels, unbox)
 from ..primitives import _table
 from ..primitives._batching import one_batch_axis
+from ..primitives.contractions import dot, matmul
 from ..primitives.scatter import scatter_set
 from ..primitives.elementwise import add, multiply
 from ..primitives.shape import getitem, index_add
@@ -71,7 +72,7 @@ _BACKWARD_CODE = _backward._backward.__code__
 
 
 _PRIMS = {"getitem": getitem, "scatter_set": scatter_set, "index_add": index_add, "add": add,
-          "multiply": multiply}
+          "multiply": multiply, "fresh": (matmul, dot)}
 
 
 class ConcretizationError(TracerConversionError):
