@@ -139,18 +139,25 @@ def softmax_cross_entropy(logits, labels, axis=-1, reduction="mean"):
     """
     logits = _operand(logits)
     reduction = _reduction(reduction, "softmax_cross_entropy")
-    ax = _one_axis(axis, _ndim(logits), "softmax_cross_entropy")
     shape = _shape(logits)
+    if type(labels) is np.ndarray and labels.dtype.kind in "iu" and type(axis) is int \
+            and -len(shape) <= axis < len(shape):
+        # the commonest call (traced or plain logits, an integer label array, one int axis): no
+        # unboxing or dtype and axis normalization to go through
+        ax = axis % len(shape)
+        if labels.shape != shape[:ax] + shape[ax + 1:]:
+            _wrong_labels(labels, shape, ax)
+        stash = [None] if type(logits) is Tracer else None
+        return P.softmax_cross_entropy_sparse(logits, labels, axis=ax, reduction=reduction, stash=stash)
+    ax = _one_axis(axis, _ndim(logits), "softmax_cross_entropy")
     labels_plain = unbox(labels)
     dtype = np.asarray(labels_plain).dtype if not hasattr(labels_plain, "dtype") else labels_plain.dtype
     if np.issubdtype(dtype, np.integer):
         labels = unbox_all(labels)   # inside vmap, labels batched there stay a batch tracer
         if type(labels) is not Tracer:
             labels = np.asarray(labels)
-        expected = shape[:ax] + shape[ax + 1:]
-        if tuple(_shape(labels)) != expected:
-            raise ValueError(f"wengert.nn.softmax_cross_entropy: integer labels of shape {_shape(labels)} for logits "
-                             f"of shape {shape}; expected shape {expected} (the logits' shape without axis {ax})")
+        if tuple(_shape(labels)) != shape[:ax] + shape[ax + 1:]:
+            _wrong_labels(labels, shape, ax)
         stash = [None] if _traced(logits) else None
         return P.softmax_cross_entropy_sparse(logits, labels, axis=ax, reduction=reduction, stash=stash)
     labels = _operand(labels)
@@ -158,6 +165,12 @@ def softmax_cross_entropy(logits, labels, axis=-1, reduction="mean"):
         labels = wnp.broadcast_to(labels, shape)
     stash = [None] if _traced(logits, labels) else None
     return P.softmax_cross_entropy_dense(logits, labels, axis=ax, reduction=reduction, stash=stash)
+
+
+def _wrong_labels(labels, shape, ax):
+    expected = shape[:ax] + shape[ax + 1:]
+    raise ValueError(f"wengert.nn.softmax_cross_entropy: integer labels of shape {_shape(labels)} for logits "
+                     f"of shape {shape}; expected shape {expected} (the logits' shape without axis {ax})")
 
 
 # --- sigmoid family and activations ----------------------------------------------------------

@@ -54,6 +54,7 @@ class FieldName(str):
 
 
 _LEAF_TYPES = set()   # types seen to be leaves: arrays, scalars, tracers (containerness is a type's)
+_NAMEDTUPLE_KEYS = {}   # namedtuple type -> its fields as path keys (linalg's results are namedtuples)
 
 
 def _children(x):
@@ -70,8 +71,11 @@ def _children(x):
     if t is dict:
         keys = tuple(sorted(x))
         return "dict", keys, tuple(x[k] for k in keys), keys
+    if t in _NAMEDTUPLE_KEYS:
+        return "namedtuple", t, tuple(x), _NAMEDTUPLE_KEYS[t]
     if isinstance(x, tuple) and hasattr(t, "_fields"):
-        return "namedtuple", t, tuple(x), tuple(FieldName(n) for n in t._fields)
+        keys = _NAMEDTUPLE_KEYS[t] = tuple(FieldName(n) for n in t._fields)
+        return "namedtuple", t, tuple(x), keys
     if dataclasses.is_dataclass(t):    # an instance (a dataclass's class object is a leaf)
         names = tuple(f.name for f in dataclasses.fields(x))
         return "dataclass", (t, names), tuple(getattr(x, n) for n in names), tuple(FieldName(n) for n in names)

@@ -137,6 +137,33 @@ def _fold(a_bar, lower=True):
     return where(_strict_lower(n, lower), a_bar + _mT(a_bar), where(_eye(n), a_bar, 0.0))
 
 
+@functools.lru_cache(maxsize=None)
+def _fold_weights(n, dtype, lower):
+    """1 below (above) the diagonal, 1/2 on it, 0 on the other side: ``(a + a^T) * weights`` is
+    ``_fold(a)`` for a real ``a``."""
+    weights = np.tri(n, k=-1, dtype=dtype)
+    if not lower:
+        weights = weights.T.copy()
+    weights += 0.5 * np.eye(n, dtype=dtype)
+    weights.setflags(write=False)
+    return weights
+
+
+def _fold_real(a_bar, lower=True):
+    """``_fold`` of a plain real cotangent: one sum with the transpose and one product."""
+    out = a_bar + a_bar.swapaxes(-1, -2)
+    out *= _fold_weights(a_bar.shape[-1], out.dtype, lower)
+    return out
+
+
+def _plain_real(*values):
+    """Plain (no tracer) real NumPy arrays: the rules' NumPy fast paths."""
+    for v in values:
+        if type(v) is not np.ndarray or v.dtype.kind != "f":
+            return False
+    return True
+
+
 def _symmetric_from(x, lower=True):
     """The symmetric matrix NumPy sees when it reads only the lower (upper) triangle of ``x``; for
     complex ``x`` the Hermitian one (the mirror conjugated, the diagonal's imaginary part ignored)."""
@@ -148,6 +175,11 @@ def _symmetric_from(x, lower=True):
 
 def _inverse_gaps(w):
     """``F[..., i, j] = 1 / (w_j - w_i)``, and 0 where ``w_i`` and ``w_j`` tie (the diagonal included)."""
+    if type(w) is np.ndarray:   # plain: NumPy's broadcasting, as the primitives would find to do
+        gaps = w[..., None, :] - w[..., :, None]
+        largest = np.maximum.reduce(np.abs(w), axis=-1, keepdims=True, initial=0)
+        gaps[np.abs(gaps) <= largest[..., None] * (w.shape[-1] * _eps(w.dtype))] = np.inf   # tied: 1/inf = 0
+        return np.reciprocal(gaps, out=gaps)
     gaps = _row(w) - _col(w)
     c = constant(w)
     if type(c) is Tracer and _shape(c)[-1]:  # batched by vmap: each example's own tolerance
@@ -358,6 +390,13 @@ def _cholesky_vjp(g, ans, x, upper=False):
     """Murray 2016: L^-T Phi(L^T g) L^-1, Phi taking the lower triangle with half the diagonal.
     Complex (A = L L^H): L^-T Phi(L^T g) conj(L^-1), the transpose of the JVP below under the
     bilinear pairing (docs/complex.md); upper=True returns U = L^H."""
+    if _plain_real(g, ans):
+        low, g = (ans.swapaxes(-1, -2), g.swapaxes(-1, -2)) if upper else (ans, g)
+        n = low.shape[-1]
+        phi = low.swapaxes(-1, -2) @ g
+        phi *= _fold_weights(n, phi.dtype, True)
+        low_inv = np.linalg.inv(low)
+        return _fold_real(low_inv.swapaxes(-1, -2) @ (phi @ low_inv), lower=not upper)
     low, g = (_mH(ans), _mH(g)) if upper else (ans, g)
     n = _shape(low)[-1]
     product = matmul(_mT(low), g)
@@ -391,6 +430,11 @@ def _eigh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
     """V (diag(gw) + F o V^T gV) V^T, F the inverse eigenvalue gaps."""
     w, v = ans
     gw, gv = g
+    if _plain_real(w, v, gw, gv):
+        vt = v.swapaxes(-1, -2)
+        inner = _inverse_gaps(w) * (vt @ gv)
+        inner += gw[..., None] * _eye(w.shape[-1], w.dtype)
+        return _fold_real(v @ (inner @ vt), lower=UPLO.upper() == "L")
     inner = _diag(_real_if(gw)) + _inverse_gaps(w) * matmul(_mT(v), gv)
     # complex (Hermitian) x: conj(V) (...) V^T, the transpose of the JVP below under the bilinear pairing
     return _fold(matmul(conj(v) if _is_complex(v) else v, matmul(inner, _mT(v))), lower=UPLO.upper() == "L")
@@ -414,6 +458,9 @@ def _eigvalsh(x, UPLO="L"):  # noqa: N803
 
 def _eigvalsh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
     """V diag(g) V^T; the eigenvectors are recomputed (eigvalsh does not return them)."""
+    if _plain_real(g, x):
+        v = np.linalg.eigh(x, UPLO=UPLO)[1]
+        return _fold_real((v * g[..., None, :]) @ v.swapaxes(-1, -2), lower=UPLO.upper() == "L")
     _, v = eigh(x, UPLO=UPLO)
     return _fold(matmul((conj(v) if _is_complex(v) else v) * _row(_real_if(g)), _mT(v)), lower=UPLO.upper() == "L")
 
@@ -593,6 +640,9 @@ def _svdvals(x):
 def _svdvals_vjp(g, ans, x):
     """U diag(g) V^T; the singular vectors are recomputed (they were not needed forward). Complex x
     (reached from lstsq only): conj(U diag(g) V^H)."""
+    if _plain_real(g, x):
+        u, _, vt = np.linalg.svd(x, full_matrices=False)
+        return (u * g[..., None, :]) @ vt
     u, _, vt = svd(x, full_matrices=False)
     if not _is_complex(x):
         return matmul(u * _row(g), vt)
@@ -637,6 +687,12 @@ def _qr_vjp(g, ans, x, mode="reduced"):
     """Wide inputs [X | Y] = Q [R_X | R_Y]: X is square, and R_Y = Q^H Y adds Y R_Y^H to gQ. Complex
     matrices: the conjugating convention inside (_standard_cotangents)."""
     q, r = ans
+    gq, gr = g
+    if _plain_real(q, r, gq, gr) and q.shape[-1] == r.shape[-1] <= q.shape[-2]:
+        # reduced, M >= N, real: _qr_tall_vjp in NumPy
+        m_ = r @ gr.swapaxes(-1, -2) - gq.swapaxes(-1, -2) @ q
+        copyltu = np.where(_strict_lower(r.shape[-1], lower=False), m_.swapaxes(-1, -2), m_)
+        return np.linalg.solve(r, (gq + q @ copyltu).swapaxes(-1, -2)).swapaxes(-1, -2)
     gq, gr = _standard_cotangents(x, *g)
     cx = _is_complex(x)
     h = _mH if cx else _mT

@@ -369,7 +369,11 @@ logsumexp_b = defprim(_logsumexp_b, (
 
 # --- cross-entropy of a softmax ----------------------------------------------------------------
 def _examples(shape, axis):
-    return int(np.prod([n for i, n in enumerate(shape) if i != axis], dtype=np.int64))
+    n = 1
+    for i, size in enumerate(shape):
+        if i != axis:
+            n *= size
+    return n
 
 
 def _reduce_loss(per_example, reduction):
@@ -410,7 +414,36 @@ def _pick(z, labels, axis):
     return np.squeeze(np.take_along_axis(z, np.expand_dims(labels, axis), axis=axis), axis=axis)
 
 
+def _sce_sparse_of_array(x, labels, reduction, stash):
+    """Cross-entropy of a plain float32/float64 matrix-like ``x`` against integer labels along its
+    last axis: NumPy's few calls (no dtype or shape to normalize). None for a maximum that is not
+    finite (the general implementation handles those rows)."""
+    m = np.maximum.reduce(x, axis=-1, keepdims=True)
+    if not _all_finite(m):
+        return None
+    z = x - m
+    e = np.exp(z)
+    s = np.add.reduce(e, axis=-1, keepdims=True)
+    classes = x.shape[-1]
+    flat = labels.reshape(-1)
+    picked = z.reshape(-1, classes)[np.arange(flat.size), flat]
+    per_example = np.log(s.reshape(-1))
+    per_example -= picked
+    if stash is not None:
+        e /= s
+        stash[0] = e
+    if reduction == "none":
+        return per_example.reshape(labels.shape)
+    total = np.add.reduce(per_example, axis=None)
+    return total / flat.size if reduction == "mean" else total
+
+
 def _sce_sparse(x, labels, axis, reduction, stash=None):
+    if type(x) is np.ndarray and x.dtype in _FAST_FLOATS and axis == x.ndim - 1 \
+            and type(labels) is np.ndarray and x.size:
+        out = _sce_sparse_of_array(x, labels, reduction, stash)
+        if out is not None:
+            return out
     x, dt = _up(x)
     z, _ = _shift(x, axis)
     e = np.exp(z)
@@ -444,7 +477,8 @@ def _sce_sparse_vjp(g, ans, x, labels, axis, reduction, stash=None):
     if type(p) is not Tracer and type(ct) is not Tracer and axis == p.ndim - 1:
         d = p * ct                                     # softmax - onehot, scaled, in one new array
         rows, flat = _rows(labels)
-        scale = np.broadcast_to(ct, p.shape[:-1] + (1,)).reshape(-1)
+        # a reduced loss's cotangent is one number; "none"'s is one per example
+        scale = ct if reduction != "none" else np.broadcast_to(ct, p.shape[:-1] + (1,)).reshape(-1)
         d.reshape(-1, p.shape[-1])[rows, flat] -= scale
         return d
     d = p - _one_hot_at(labels, x.shape, axis, _dtype(p))
