@@ -299,3 +299,39 @@ def test_elementwise_results_are_written_into_dead_operands_they_own_and_never_i
     assert_trees_close(first, kept, rtol=0, atol=0)
     assert_trees_close(first, wg.value_and_grad(f, argnums=(0, 1, 2))(w, b, x))
     assert not np.shares_memory(first[1][0], again[1][0])
+
+
+def test_a_batched_class_read_back_and_stacked_into_a_sum_is_summed_whole():
+    """The per-step bias cotangents of a loop (W2's ``Wm @ x + b``), batched by the vectorizing
+    pass and summed with the first step's odd term: one sum of the batched array and one add, not a
+    read per step and a stack."""
+    W, b = rng.standard_normal((5, 4)), rng.standard_normal(5)
+    xs = [rng.standard_normal((4, 3)) for _ in range(12)]
+    wts = rng.standard_normal((12, 3))
+
+    def f(W, b, xs, wts):
+        ys = [W @ x + b[:, None] for x in xs]
+        return wnp.sum(wnp.stack([wnp.sum(ys[0] * y, axis=0) for y in ys]) * wts)
+
+    got, want, text, plain = staged(f, W, b, xs, wts, argnums=(0, 1))
+    assert_trees_close(got, want)
+    reads = re.compile(r"= v\d+\[\d+\](; del v\d+)?($|  #)", re.M)
+    assert len(reads.findall(plain)) >= 11 and len(reads.findall(text)) <= 2
+    assert calls(text, "stack") == 1   # the inputs' own
+
+
+def test_products_summed_through_transposes_and_reversals_are_einsums():
+    """``sum(transpose(a * b)[::-1], axis=0)`` (the vectorizing pass's views between a batched product
+    and its sum) is the einsum of ``a`` and ``b`` with the kept axes in the sum's order."""
+    a = rng.standard_normal((64, 8))
+    b = rng.standard_normal((64, 8, 16))
+
+    def f(a, b):
+        p = wnp.tanh(a)[:, :, None] * b
+        return wnp.sum(wnp.sin(wnp.sum(wnp.transpose(p, (0, 2, 1))[::-1], axis=0)) * wnp.arange(128.0).reshape(16, 8))
+
+    got, want, text, plain = staged(f, a, b, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "einsum") >= 1 and calls(plain, "einsum") == 0
+    x = rng.standard_normal(a.shape)
+    assert_trees_close(wg.jit(wg.value_and_grad(f))(x, b), wg.value_and_grad(f)(x, b))

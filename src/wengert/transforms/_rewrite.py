@@ -172,6 +172,57 @@ def _expanded(x, defs):
     return x, list(range(len(x.shape)))
 
 
+def _axes(axis, ndim):
+    """The axes a reduction's ``axis`` parameter names, as a set of non-negative ints."""
+    return set(range(ndim)) if axis is None else {a % ndim for a in (axis if type(axis) is tuple else (axis,))}
+
+
+def _reversal(index, shape):
+    """The axes a getitem index reverses whole (``x[255::-1]``), or None when the index does more than
+    reverse or keep whole axes."""
+    parts = index if type(index) is tuple else (index,)
+    if len(parts) > len(shape):
+        return None
+    reversed_axes = set()
+    for k, part in enumerate(parts):
+        if type(part) is not slice:
+            return None
+        if part == slice(None):
+            continue
+        if range(shape[k])[part] == range(shape[k] - 1, -1, -1):
+            reversed_axes.add(k)
+        elif range(shape[k])[part] != range(shape[k]):
+            return None
+    return reversed_axes
+
+
+def _through_views(v, defs, counts, summed):
+    """``(p, where)``: ``v`` is ``p`` seen through transposes and whole reversals of summed axes (the
+    vectorizing pass's batched views), each read once, ``v``'s axis ``k`` being ``p``'s axis
+    ``where[k]``; ``(v, identity)`` when it is no view. A sum over ``v`` is then the same sum over
+    ``p``, its kept axes in ``v``'s order. ``(None, None)`` when a kept axis is reversed."""
+    where = list(range(len(v.shape)))
+    for _ in range(8):
+        eqn = defs.get(v.id)
+        if eqn is None or counts.get(v.id) != 1 or type(eqn.args[0]) is not Var:
+            break
+        u = eqn.args[0]
+        if eqn.prim is S.transpose and len(eqn.args) == 1:
+            axes = eqn.params.get("axes")
+            axes = tuple(range(len(u.shape)))[::-1] if axes is None else tuple(a % len(u.shape) for a in axes)
+            where = [axes[a] for a in where]
+        elif eqn.prim is S.getitem and u.shape == v.shape:
+            flipped = _reversal(eqn.params["index"], u.shape)
+            if flipped is None:
+                break
+            if any(where[k] in flipped for k in range(len(where)) if k not in summed):
+                return None, None
+        else:
+            break
+        v = u
+    return v, where
+
+
 def _product_sum(eqn, defs, counts, fresh):
     """``sum(a * b, axis)``, where the product broadcasts an operand to a larger array and only this
     sum reads it, is one einsum (``alpha[None, :, :] * Hs`` summed over time, and its backward pass
@@ -181,7 +232,9 @@ def _product_sum(eqn, defs, counts, fresh):
     if eqn.prim is not R.sum_ or len(eqn.args) != 1 or type(eqn.args[0]) is not Var \
             or not set(eqn.params) <= {"axis", "keepdims"}:
         return None
-    p = eqn.args[0]
+    p, where = _through_views(eqn.args[0], defs, counts, _axes(eqn.params.get("axis"), len(eqn.args[0].shape)))
+    if p is None:
+        return None
     src = defs.get(p.id)
     if src is None or src.prim is not E.multiply or src.params or len(src.args) != 2 or counts.get(p.id) != 1:
         return None
@@ -206,12 +259,12 @@ def _product_sum(eqn, defs, counts, fresh):
             y = z
         operands.append(y)
         terms.append("".join(_LETTERS[offset + axes[k]] for k in kept))
-    axis = eqn.params.get("axis")
-    summed = set(range(n)) if axis is None else {a % n for a in (axis if type(axis) is tuple else (axis,))}
+    summed = _axes(eqn.params.get("axis"), n)
     present = set("".join(terms))
-    kept = "".join(_LETTERS[k] for k in range(n) if k not in summed and _LETTERS[k] in present)
+    order = [where[k] for k in range(n) if k not in summed]    # the kept axes, in the product's numbering
+    kept = "".join(_LETTERS[a] for a in order if _LETTERS[a] in present)
     subscripts = ",".join(terms) + "->" + kept
-    shape = tuple(p.shape[k] for k in range(n) if k not in summed and _LETTERS[k] in present)
+    shape = tuple(p.shape[a] for a in order if _LETTERS[a] in present)
     if shape == out.shape:
         return squeezes + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, eqn.outs, tuple(operands),
                                eqn.source)]
@@ -319,6 +372,61 @@ def reuse_contractions(program):
             out.append(eqn)
         out.extend(moved.get(k, ()))
     return _ir.dce(Program(program.inputs, out, program.outputs))
+
+
+# --- sums of stacked reads ---------------------------------------------------------------------------
+def _read_at(v, defs):
+    """``(x, k)`` when ``v = x[k]`` reads one position of ``x``'s first axis, else None."""
+    eqn = defs.get(v.id) if type(v) is Var else None
+    if eqn is None or eqn.prim is not S.getitem or type(eqn.args[0]) is not Var:
+        return None
+    index = eqn.params["index"]
+    k = index[0] if type(index) is tuple and len(index) == 1 else index
+    if type(k) is not int or not eqn.args[0].shape:
+        return None
+    return eqn.args[0], k % eqn.args[0].shape[0]
+
+
+def _sum_of_stacked_reads(eqn, defs, counts, fresh):
+    """``sum(stack([x[0], ..., x[n-1], r]), axis=0)`` is ``sum(x, axis=0) + r``: a batched class's
+    members summed with other terms (the per-step bias cotangents of W2's loop) read back one by
+    one and stacked again (n + 1 calls) are the batched array summed (one)."""
+    if eqn.prim is not R.sum_ or len(eqn.args) != 1 or type(eqn.args[0]) is not Var \
+            or eqn.params.get("keepdims", False) or eqn.params.get("axis") not in (0, (0,)):
+        return None
+    s = eqn.args[0]
+    src = defs.get(s.id)
+    if src is None or src.prim is not S.stack or src.params.get("axis", 0) != 0 or counts.get(s.id) != 1 \
+            or len(src.args) < 8:
+        return None
+    out = eqn.outs[0]
+    reads = {}
+    for part in src.args:
+        r = _read_at(part, defs)
+        if r is not None:
+            reads.setdefault(r[0].id, (r[0], []))[1].append(r[1])
+    whole = {i for i, (x, ks) in reads.items() if len(ks) == x.shape[0] and sorted(ks) == list(range(x.shape[0]))
+             and x.shape[1:] == out.shape and x.dtype == out.dtype}
+    if not whole:
+        return None
+    new, terms = [], []
+    for i in sorted(whole):
+        x = reads[i][0]
+        total = fresh(out.shape, out.dtype)
+        new.append(Eqn(R.sum_, (x,), {"axis": (0,), "keepdims": False}, (total,), (x,), eqn.source))
+        terms.append(total)
+    rest = [part for part in src.args if (lambda r: r is None or r[0].id not in whole)(_read_at(part, defs))]
+    if any(type(v) is not Var or v.shape != out.shape or v.dtype != out.dtype for v in rest):
+        return None
+    terms.extend(rest)
+    while len(terms) > 1:
+        a, b = terms[0], terms[1]
+        total = eqn.outs[0] if len(terms) == 2 else fresh(out.shape, out.dtype)
+        new.append(Eqn(E.add, (a, b), {}, (total,), (a, b), eqn.source))
+        terms = [total] + terms[2:]
+    if new[-1].outs[0] is not eqn.outs[0]:
+        return None   # one term, the sum itself: its result var is another (kept as it was)
+    return new
 
 
 # --- scatters into zeros that only add axes ---------------------------------------------------------
@@ -505,7 +613,8 @@ def simplify(program):
         for _ in range(4):   # a rewrite's result may be rewritten again (a scatter become a reshape, of a sum)
             step = (_diagonal_product(eqn, defs, fresh) or _diagonal_of_product(eqn, defs, counts)
                     or _scatter_is_reshape(eqn) or _implicit_broadcasts(eqn, defs) or _reshape_of(eqn, defs, counts)
-                    or (_product_sum(eqn, defs, counts, fresh) if contract else None))
+                    or (_product_sum(eqn, defs, counts, fresh) if contract else None)
+                    or _sum_of_stacked_reads(eqn, defs, counts, fresh))
             if step is None:
                 break
             for v in eqn.uses:
