@@ -302,7 +302,7 @@ def _define():
              lambda x, f=getattr(np, label): f(x, axis=1), _t(lambda t, x, f=tfn: _torch_axis(t, f, x)))
     case("cumsum", ["_cumsum"], VECTORS, wnp.cumsum, np.cumsum, _t(lambda t, x: t.cumsum(x, 0)))
     case("cumprod", ["_cumprod"], VECTORS, wnp.cumprod, np.cumprod, _t(lambda t, x: t.cumprod(x, 0)))
-    case("var", ["sum", "subtract", "multiply"], VECTORS, wnp.var, np.var, _t(lambda t, x: t.var(x, correction=0)))
+    case("var", ["var"], VECTORS, wnp.var, np.var, _t(lambda t, x: t.var(x, correction=0)))
     # shapes
     case("reshape", ["reshape"], {"16": [V], "4096": [MVEC]}, lambda x: wnp.reshape(x, (4, -1)),
          lambda x: np.reshape(x, (4, -1)), _t(lambda t, x: x.reshape(4, -1)))

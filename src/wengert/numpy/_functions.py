@@ -192,6 +192,8 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NO
         ddof = correction
     if dtype is not None:
         a = astype(a, dtype)
+    if type(a) is Tracer and a.dtype.kind == "f":   # one primitive with the composition's rules fused
+        return R.var(a, axis=_norm_axis(axis, _ndim(a)), ddof=ddof, keepdims=keepdims)
     centered = a - globals()["mean"](a, axis=axis, keepdims=True)
     # NumPy's rule: the variance of complex values is real, the mean of |x - mean|^2
     squares = _X.real(centered * _X.conj(centered)) if np.iscomplexobj(unbox(a)) else centered * centered

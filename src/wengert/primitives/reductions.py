@@ -1,7 +1,7 @@
-"""Reductions and scans: sum, max/min, prod, cumsum, cumprod.
+"""Reductions and scans: sum, max/min, mean, var, prod, cumsum, cumprod.
 
-Mean, var, std and average are compositions of these (see ``wengert.numpy``). The gradient of
-max/min is shared equally among tied elements, so it is the average of the one-sided derivatives.
+std and average are compositions of these (see ``wengert.numpy``); var is one primitive for real
+values and a composition for complex ones. The gradient of max/min is shared equally among tied elements, so it is the average of the one-sided derivatives.
 """
 from __future__ import annotations
 
@@ -149,6 +149,41 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False):
 # one tape entry (not a sum and a division); ``axis`` is a sorted tuple or None, as for sum
 mean = defprim(_mean, _mean_vjp, name="mean", linear=True, batch=reduction_rule, batched_vjp=True)
 min_ = defprim(_min, _extremum_vjp, name="min", jvp=_extremum_jvp, batch=reduction_rule, batched_vjp=True)
+
+
+def _var(x, axis=None, ddof=0, keepdims=False):
+    if type(x) is np.ndarray:
+        return x.var(axis=axis, ddof=ddof, keepdims=keepdims)
+    return np.var(x, axis=axis, ddof=ddof, keepdims=keepdims)
+
+
+def _var_scale(shape, axis, ddof):
+    """``2 / (n - ddof)``, the derivative's factor (inf where NumPy's variance divides by 0)."""
+    count = _reduced_size(shape, axis) - ddof
+    return 2.0 / count if count else np.inf
+
+
+def _var_vjp(g, ans, x, axis=None, ddof=0, keepdims=False):
+    """``g * 2 (x - mean(x)) / (n - ddof)``, the composition's rules in one (real x)."""
+    if type(g) is not Tracer and type(x) is np.ndarray:
+        ndim = x.ndim
+        centered = x - x.mean(axis=axis, keepdims=True)
+        centered *= _kept(np.asarray(g), ndim, axis, keepdims) * _var_scale(x.shape, axis, ddof)
+        return centered
+    shape = _shape(x)  # one example's under vmap
+    centered = x - mean(x, axis=axis, keepdims=True)
+    return _expand_to(g, shape, axis, keepdims) * centered * _var_scale(shape, axis, ddof)
+
+
+def _var_jvp(t, ans, x, axis=None, ddof=0, keepdims=False):
+    centered = x - mean(x, axis=axis, keepdims=True)
+    return sum_(centered * t, axis=axis, keepdims=keepdims) * _var_scale(_shape(x), axis, ddof)
+
+
+# the variance of real values, one tape entry (not a mean, a difference, a product, a sum and a
+# division); ``axis`` is a sorted tuple or None, as for mean. Complex values take the composition
+# in ``wengert.numpy.var``.
+var = defprim(_var, _var_vjp, name="var", jvp=_var_jvp, batch=reduction_rule, batched_vjp=True)
 
 
 def _prod(x, axis=None, keepdims=False):
