@@ -52,6 +52,8 @@ def _up(x):
     if type(x) is not np.ndarray and not is_foreign(x):
         x = np.asarray(x)
     dt = x.dtype
+    if dt.kind == "c" or dt.kind == "f" and dt.itemsize > 2:   # float32/64, complex: as they are
+        return x, dt
     if dt == np.float16:
         return x.astype(np.float32), dt
     if not np.issubdtype(dt, np.inexact):
@@ -96,6 +98,16 @@ def _as_kept(a, shape, axis, keepdims):
 
 def _sum_kept(x, axis):
     return R.sum_(x, axis=axis, keepdims=True)
+
+
+def _plain_floats(*xs):
+    """Plain float32/float64 NumPy arrays or scalars: a rule may compute in NumPy directly, the
+    same operations its primitives would run, without a call through each."""
+    for x in xs:
+        t = type(x)
+        if not (t is np.ndarray or t is np.float32 or t is np.float64) or x.dtype not in _FAST_FLOATS:
+            return False
+    return True
 
 
 def _plain(*xs):
@@ -569,6 +581,14 @@ softmax_cross_entropy_dense = defprim(_sce_dense, (_sce_dense_vjp_x, _sce_dense_
 
 # --- sigmoid family ----------------------------------------------------------------------------
 def _sigmoid(x):
+    if type(x) is np.ndarray and x.ndim and x.dtype in _FAST_FLOATS:   # the lines below, in place
+        e = np.abs(x)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        out = np.where(x >= 0, 1, e)
+        e += 1
+        out /= e
+        return out
     x, dt = _up(x)
     e = np.exp(-np.abs(x))
     return (np.where(x >= 0, 1, e) / (1 + e)).astype(dt, copy=False)
@@ -601,7 +621,7 @@ def _silu(x):
 
 
 def _silu_vjp(g, ans, x):
-    s = sigmoid(x)
+    s = _sigmoid(x) if _plain_floats(g, x) else sigmoid(x)
     return g * s * (1 + x * (1 - s))
 
 
@@ -665,6 +685,9 @@ def _gelu(x):
 
 def _gelu_vjp(g, ans, x):
     """Phi(x) + x phi(x)."""
+    if _plain_floats(g, x):   # the operations below, in NumPy
+        cdf = 0.5 * (1 + _np_erf(x * (1 / SQRT2)))
+        return g * (cdf + x * INV_SQRT_2PI * np.exp(-0.5 * (x * x)))
     dtype = _dtype(x)
     g, x = _rule_up(g, x)
     cdf = 0.5 * (1 + erf(x * (1 / SQRT2)))
@@ -694,6 +717,12 @@ gelu_tanh = defunary(_gelu_tanh, _gelu_tanh_vjp, name="nn.gelu_tanh")
 
 # --- regression ---------------------------------------------------------------------------------
 def _mse(p, t, reduction):
+    if type(p) is np.ndarray and type(t) is np.ndarray and p.shape == t.shape and p.dtype in _FAST_FLOATS \
+            and t.dtype == p.dtype and reduction != "none" and p.size:
+        d = p - t      # NumPy's few calls: the mean (sum) of the squares
+        d *= d
+        total = np.add.reduce(d, axis=None)
+        return total / d.size if reduction == "mean" else total
     p, dt = _up(p)
     d = p - t
     return np.asarray(_reduce_loss(d * d, reduction)).astype(dt, copy=False)[()]
@@ -708,12 +737,23 @@ def _mse_ct(g, p, t, reduction):
     return 2 * d * _elementwise_ct(g, d.size, reduction)
 
 
+def _mse_vjp(g, p, t, reduction, sign):
+    """``sign * 2 (p - t) g`` (divided by the size for a mean), unbroadcast to the operand's shape."""
+    if type(p) is np.ndarray and type(t) is np.ndarray and p.shape == t.shape and reduction != "none" \
+            and _plain_floats(g, p, t):
+        d = p - t if sign > 0 else t - p
+        d *= g * ((2.0 / d.size) if reduction == "mean" else 2.0)
+        return d
+    ct = _mse_ct(g, p, t, reduction)
+    return unbroadcast(ct if sign > 0 else -ct, p.shape if sign > 0 else t.shape)
+
+
 def _mse_batch(prim, vals, batched, params, size):
     return _elementwise_loss_batch(prim, vals, batched, params, size, broadcast=False)
 
 
-mse = defprim(_mse, (lambda g, ans, p, t, reduction: unbroadcast(_mse_ct(g, p, t, reduction), p.shape),
-                     lambda g, ans, p, t, reduction: unbroadcast(-_mse_ct(g, p, t, reduction), t.shape)),
+mse = defprim(_mse, (lambda g, ans, p, t, reduction: _mse_vjp(g, p, t, reduction, 1),
+                     lambda g, ans, p, t, reduction: _mse_vjp(g, p, t, reduction, -1)),
               name="nn.mse", jvp=(
     lambda tp, ans, p, t, reduction: _reduce_elementwise(2 * (p - t) * tp, reduction, _size(p, t)),
     lambda tt, ans, p, t, reduction: _reduce_elementwise(-2 * (p - t) * tt, reduction, _size(p, t))),
