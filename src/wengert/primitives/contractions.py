@@ -86,11 +86,36 @@ matmul = defprim(_matmul, (_matmul_vjp_a, _matmul_vjp_b), name="matmul",
                  batch=matmul_rule, batched_vjp=True)
 
 
+def _int_axes_split(a, b, axes):
+    """``(rows, inner, cols)`` of the matrix product that ``tensordot(a, b, axes)`` is, for plain
+    arrays and an int ``axes`` (a's last ``axes`` axes against b's first, in order); else None."""
+    if type(axes) is not int or type(a) is not np.ndarray or type(b) is not np.ndarray \
+            or not 0 <= axes <= min(a.ndim, b.ndim) or a.shape[a.ndim - axes:] != b.shape[:axes]:
+        return None
+    rows = inner = cols = 1
+    for n in a.shape[:a.ndim - axes]:
+        rows *= n
+    for n in b.shape[:axes]:
+        inner *= n
+    for n in b.shape[axes:]:
+        cols *= n
+    return rows, inner, cols
+
+
 def _tensordot(a, b, axes=2):
+    split = _int_axes_split(a, b, axes)
+    if split is not None:   # np.tensordot's own steps for an int axes, without its Python checks
+        rows, inner, cols = split
+        return np.dot(a.reshape(rows, inner), b.reshape(inner, cols)).reshape(
+            a.shape[:a.ndim - axes] + b.shape[axes:])
     return np.tensordot(a, b, axes)
 
 
 def _tensordot_vjp_a(g, ans, a, b, axes=2):
+    split = _int_axes_split(a, b, axes) if type(g) is np.ndarray else None
+    if split is not None:   # plain: g (rows, cols) times b (inner, cols) transposed
+        rows, inner, cols = split
+        return np.dot(g.reshape(rows, cols), b.reshape(inner, cols).T).reshape(a.shape)
     axes_a, axes_b = tensordot_axes(axes, a.ndim, b.ndim)
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
@@ -101,6 +126,10 @@ def _tensordot_vjp_a(g, ans, a, b, axes=2):
 
 
 def _tensordot_vjp_b(g, ans, a, b, axes=2):
+    split = _int_axes_split(a, b, axes) if type(g) is np.ndarray else None
+    if split is not None:   # plain: a (rows, inner) transposed times g (rows, cols)
+        rows, inner, cols = split
+        return np.dot(a.reshape(rows, inner).T, g.reshape(rows, cols)).reshape(b.shape)
     axes_a, axes_b = tensordot_axes(axes, a.ndim, b.ndim)
     free_a = [i for i in range(a.ndim) if i not in axes_a]
     free_b = [i for i in range(b.ndim) if i not in axes_b]
@@ -256,12 +285,19 @@ def _vjp_plan(subscripts, position):
     unique = "".join(dict.fromkeys(target))
     reachable = "".join(c for c in unique if c in seen)
     first = tuple(target.index(c) for c in unique)
-    return target, unique, reachable, ",".join([output] + others) + "->" + reachable, first
+    identity = not others and output == reachable   # the cotangent is already in place ('ij->j')
+    return target, unique, reachable, ",".join([output] + others) + "->" + reachable, first, identity
 
 
 def _einsum_vjp_at(position, g, operands, subscripts):
-    target, unique, reachable, grad_subscripts, first = _vjp_plan(subscripts, position)
-    grad = einsum(g, *operands[:position], *operands[position + 1:], subscripts=grad_subscripts)
+    target, unique, reachable, grad_subscripts, first, identity = _vjp_plan(subscripts, position)
+    plain = type(g) is np.ndarray and all(type(o) is np.ndarray for o in operands)
+    if identity:
+        grad = g
+    elif plain:   # the primitives below, in NumPy (what they would find to do)
+        grad = _einsum(g, *operands[:position], *operands[position + 1:], subscripts=grad_subscripts)
+    else:
+        grad = einsum(g, *operands[:position], *operands[position + 1:], subscripts=grad_subscripts)
     shape = operands[position].shape  # one example's under vmap
     sizes = {c: shape[i] for c, i in zip(unique, first)}
     # einsum broadcasts size-1 dimensions: sum back where this operand had size 1 (below,
@@ -269,11 +305,17 @@ def _einsum_vjp_at(position, g, operands, subscripts):
     gshape = grad.shape
     widened = tuple(i for i, c in enumerate(reachable) if sizes[c] == 1 and gshape[i] != 1)
     if widened:
-        grad = sum_(grad, axis=widened, keepdims=True)
+        grad = np.add.reduce(grad, axis=widened, keepdims=True) if plain else sum_(grad, axis=widened, keepdims=True)
     if reachable != unique or grad.shape != tuple(sizes[c] for c in reachable):
         kept = dict(zip(reachable, grad.shape))
-        grad = reshape(grad, shape=tuple(kept.get(c, 1) for c in unique))
-        grad = broadcast_to(grad, shape=tuple(sizes[c] for c in unique))
+        if plain:
+            grad = grad.reshape(tuple(kept.get(c, 1) for c in unique))
+            wide = np.empty(tuple(sizes[c] for c in unique), grad.dtype)   # cheaper than broadcast_to's checks
+            wide[...] = grad
+            grad = wide
+        else:
+            grad = reshape(grad, shape=tuple(kept.get(c, 1) for c in unique))
+            grad = broadcast_to(grad, shape=tuple(sizes[c] for c in unique))
     if unique != target:
         grad = _place_on_diagonals(grad, unique, target, sizes)
     return grad

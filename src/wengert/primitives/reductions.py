@@ -105,15 +105,18 @@ def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
         # plain values: the comparison, one count and one product, in x's dtype (no float64
         # temporaries, no broadcast copy of g: the product broadcasts it)
         ndim = x.ndim
-        selected = x == _kept(ans, ndim, axis, keepdims)
-        g = _kept(g, ndim, axis, keepdims)
-        count = np.count_nonzero(selected, axis=None if axis is None else _axes(axis, ndim), keepdims=True)
-        dtype = np.result_type(x, np.float16)
+        if axis is not None and not keepdims:   # put the reduced axes back as size 1
+            axes = _axes(axis, ndim)
+            kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+            ans, g = np.reshape(ans, kept), np.reshape(g, kept)
+        selected = x == ans
+        dtype = x.dtype if x.dtype.kind == "f" else np.result_type(x, np.float16)
+        count = np.add.reduce(selected, axis=axis, keepdims=True, dtype=dtype)
         if type(g) is not np.ndarray:
             g = np.asarray(g)
         if g.dtype != dtype:
             g = g.astype(dtype)
-        return selected * np.divide(g, count, dtype=g.dtype)
+        return selected * np.divide(g, count, dtype=dtype)
     return _expand_to(g, _shape(x), axis, keepdims) * _tie_shares(ans, x, axis, keepdims)
 
 
