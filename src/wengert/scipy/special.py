@@ -93,7 +93,15 @@ def _nonzero(x):
 
 # --- gamma family --------------------------------------------------------------------------------
 gammaln = defunary(sc.gammaln, lambda g, ans, x: g * digamma(x), name="scipy.special.gammaln")
-digamma = defunary(sc.digamma, lambda g, ans, x: g * _polygamma(x, n=1), name="scipy.special.digamma")
+def _digamma_vjp(g, ans, x):
+    """g * polygamma(1, x). On plain real values trigamma is the Hurwitz zeta(2, x) (polygamma(1, x)
+    is (-1)^2 1! zeta(2, x)): SciPy's one call, where polygamma is several and promotes float32."""
+    if type(g) is not Tracer and (type(x) is np.ndarray or isinstance(x, np.floating)) and x.dtype.kind == "f":
+        return g * sc.zeta(2.0, x)
+    return g * _polygamma(x, n=1)
+
+
+digamma = defunary(sc.digamma, _digamma_vjp, name="scipy.special.digamma")
 psi = digamma
 
 
