@@ -100,7 +100,7 @@ def _is_one(c, value=1):
 
 
 def _shape(x):
-    return x.shape if type(x) is Tracer else np.shape(x)
+    return x.shape if type(x) is Tracer or type(x) is np.ndarray else np.shape(x)
 
 
 def _exp_input(trace, index):
@@ -124,12 +124,14 @@ def _unshift(trace, z, axis):
         return z
     x, m = entry[ARGS]
     x = _fresh(trace, x, z.index)
-    if x is None or _shape(x) != _shape(z):
+    z_shape = _shape(z)
+    if x is None or _shape(x) != z_shape:
         return z
-    m_shape = (1,) * (len(_shape(z)) - len(_shape(m))) + tuple(_shape(m))
-    axes = range(len(m_shape)) if axis is None else axis
-    if any(m_shape[a] != 1 for a in axes):
-        return z
+    m_shape = _shape(m)
+    lead = len(z_shape) - len(m_shape)   # m broadcasts: its missing leading axes are size 1
+    for a in (range(len(z_shape)) if axis is None else axis):
+        if a >= lead and m_shape[a - lead] != 1:
+            return z
     return Tracer(x, trace, x_index)
 
 

@@ -212,6 +212,10 @@ def log_softmax_of_array(x, axis):
 
 
 def _softmax_vjp(g, ans, x, axis=None):
+    if _plain(g, ans):   # the lines below in NumPy, the product's array reused
+        ga = g * ans
+        ga -= ans * np.add.reduce(ga, axis=axis, keepdims=True)
+        return ga
     ga = g * ans
     return ga - ans * _sum_kept(ga, axis)
 
@@ -270,7 +274,14 @@ def _log_softmax_jvp(t, ans, x, axis=None):
     return t - np.sum(p, axis=axis, keepdims=True)
 
 
-log_softmax = defprim(_log_softmax, lambda g, ans, x, axis=None: g - E.exp(ans) * _sum_kept(g, axis),
+def _log_softmax_vjp(g, ans, x, axis=None):
+    """``g - softmax(x) * sum(g)``, the softmax as ``exp(ans)``."""
+    if _plain(g, ans):
+        return g - np.exp(ans) * np.add.reduce(g, axis=axis, keepdims=True)
+    return g - E.exp(ans) * _sum_kept(g, axis)
+
+
+log_softmax = defprim(_log_softmax, _log_softmax_vjp,
                       name="nn.log_softmax", jvp=_log_softmax_jvp, batched_vjp=True, batch=axis_rule)
 
 
@@ -286,7 +297,8 @@ def _log_softmax_known_batch(prim, vals, batched, params, size):
 
 
 log_softmax_known = defprim(_log_softmax_known,
-                            lambda g, ans, x, axis=None, known=None: g - known[1] * _sum_kept(g, axis),
+                            lambda g, ans, x, axis=None, known=None: g - known[1] * (
+                                np.add.reduce(g, axis=axis, keepdims=True) if _plain(g) else _sum_kept(g, axis)),
                             name="nn.log_softmax_known",
                             jvp=lambda t, ans, x, axis=None, known=None: t - _sum_kept(known[1] * t, axis),
                             batch=one_batch_axis(_log_softmax_known_batch))

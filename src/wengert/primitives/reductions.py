@@ -64,15 +64,18 @@ def _sum(x, axis=None, keepdims=False):
     return np.sum(x, axis=axis, keepdims=keepdims)
 
 
+_maximum_reduce, _minimum_reduce = np.maximum.reduce, np.minimum.reduce
+
+
 def _max(x, axis=None, keepdims=False):
-    if type(x) is np.ndarray:
-        return x.max(axis=axis, keepdims=keepdims)
+    if type(x) is np.ndarray and x.size:   # ndarray.max's own body (an empty x: its error)
+        return _maximum_reduce(x, axis=axis, keepdims=keepdims)
     return np.max(x, axis=axis, keepdims=keepdims)
 
 
 def _min(x, axis=None, keepdims=False):
-    if type(x) is np.ndarray:
-        return x.min(axis=axis, keepdims=keepdims)
+    if type(x) is np.ndarray and x.size:
+        return _minimum_reduce(x, axis=axis, keepdims=keepdims)
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
