@@ -140,15 +140,18 @@ def softmax_cross_entropy(logits, labels, axis=-1, reduction="mean"):
     logits = _operand(logits)
     reduction = _reduction(reduction, "softmax_cross_entropy")
     shape = _shape(logits)
-    if type(labels) is np.ndarray and labels.dtype.kind in "iu" and type(axis) is int \
-            and -len(shape) <= axis < len(shape):
-        # the commonest call (traced or plain logits, an integer label array, one int axis): no
-        # unboxing or dtype and axis normalization to go through
+    if type(labels) is np.ndarray and type(axis) is int and -len(shape) <= axis < len(shape):
+        # the commonest calls (traced or plain logits, a label array, one int axis): no unboxing or
+        # dtype and axis normalization to go through
+        kind = labels.dtype.kind
         ax = axis % len(shape)
-        if labels.shape != shape[:ax] + shape[ax + 1:]:
-            _wrong_labels(labels, shape, ax)
         stash = [None] if type(logits) is Tracer else None
-        return P.softmax_cross_entropy_sparse(logits, labels, axis=ax, reduction=reduction, stash=stash)
+        if kind in "iu":
+            if labels.shape != shape[:ax] + shape[ax + 1:]:
+                _wrong_labels(labels, shape, ax)
+            return P.softmax_cross_entropy_sparse(logits, labels, axis=ax, reduction=reduction, stash=stash)
+        if kind == "f" and labels.shape == shape:   # dense targets of the logits' shape
+            return P.softmax_cross_entropy_dense(logits, labels, axis=ax, reduction=reduction, stash=stash)
     ax = _one_axis(axis, _ndim(logits), "softmax_cross_entropy")
     labels_plain = unbox(labels)
     dtype = np.asarray(labels_plain).dtype if not hasattr(labels_plain, "dtype") else labels_plain.dtype

@@ -411,6 +411,8 @@ def _reduce_loss(per_example, reduction):
 def _loss_ct(g, shape, axis, reduction):
     """The per-example cotangent of a reduced loss, with the class axis put back as size 1."""
     if reduction == "none":
+        if type(g) is np.ndarray:
+            return g.reshape(_keepdims_shape(shape, (axis,)))
         return S.reshape(g, shape=_keepdims_shape(shape, (axis,)))
     if reduction == "mean":
         return g / _examples(shape, axis)
@@ -548,7 +550,34 @@ softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), nam
                                        batched_vjp=True)
 
 
+def _sce_dense_of_array(x, t, reduction, stash):
+    """Cross-entropy of plain float32/float64 ``x`` against targets ``t`` of its shape and dtype
+    along the last axis: NumPy's few calls. None for a maximum that is not finite."""
+    m = np.maximum.reduce(x, axis=-1, keepdims=True)
+    if not _all_finite(m):
+        return None
+    logp = x - m
+    e = np.exp(logp)
+    s = np.add.reduce(e, axis=-1, keepdims=True)
+    logp -= np.log(s)
+    per_example = np.add.reduce(t * logp, axis=-1)
+    np.negative(per_example, out=per_example)
+    if stash is not None:
+        e /= s
+        stash[0] = e
+        stash.append(logp)
+    if reduction == "none":
+        return per_example
+    total = np.add.reduce(per_example, axis=None)
+    return total / per_example.size if reduction == "mean" else total
+
+
 def _sce_dense(x, t, axis, reduction, stash=None):
+    if type(x) is np.ndarray and type(t) is np.ndarray and x.ndim > 1 and axis == x.ndim - 1 \
+            and x.dtype in _FAST_FLOATS and t.dtype == x.dtype and t.shape == x.shape and x.size:
+        out = _sce_dense_of_array(x, t, reduction, stash)
+        if out is not None:
+            return out
     x, dt = _up(x)
     z, _ = _shift(x, axis)
     e = np.exp(z)
@@ -564,7 +593,12 @@ def _sce_dense(x, t, axis, reduction, stash=None):
 
 def _sce_dense_dx(x, t, axis, stash):
     """The per-example derivative in the logits: ``softmax(x) * sum(t) - t``."""
-    return _probabilities(x, axis, stash) * _sum_kept(t, (axis,)) - t
+    p = _probabilities(x, axis, stash)
+    if _plain(p, t):
+        d = p * np.add.reduce(t, axis=axis, keepdims=True)
+        d -= t
+        return d
+    return p * _sum_kept(t, (axis,)) - t
 
 
 def _sce_dense_logp(x, axis, stash):
