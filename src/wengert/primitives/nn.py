@@ -666,7 +666,19 @@ def _silu(x):
     return (x * _sigmoid(x)).astype(dt, copy=False)
 
 
+def _python_sigmoid(x):
+    """sigmoid of a Python float, stable for either sign."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
 def _silu_vjp(g, ans, x):
+    if _plain_floats(g, x) and not x.ndim:   # one number: Python's floats, then x's dtype
+        xf = float(x)
+        s = _python_sigmoid(xf)
+        return g * x.dtype.type(s * (1.0 + xf * (1.0 - s)))
     s = _sigmoid(x) if _plain_floats(g, x) else sigmoid(x)
     return g * s * (1 + x * (1 - s))
 
@@ -731,6 +743,9 @@ def _gelu(x):
 
 def _gelu_vjp(g, ans, x):
     """Phi(x) + x phi(x)."""
+    if _plain_floats(g, x) and not x.ndim:   # one number: Python's floats, then x's dtype
+        xf = float(x)
+        return g * x.dtype.type(0.5 * (1.0 + math.erf(xf / SQRT2)) + xf * INV_SQRT_2PI * math.exp(-0.5 * xf * xf))
     if _plain_floats(g, x):   # the operations below, in NumPy
         cdf = 0.5 * (1 + _np_erf(x * (1 / SQRT2)))
         return g * (cdf + x * INV_SQRT_2PI * np.exp(-0.5 * (x * x)))
