@@ -443,3 +443,44 @@ def test_the_backward_reuses_the_forwards_stack_of_distinct_operands():
     lowered = vectorized_like_eager(f, m, xs)
     assert sum(1 for e in lowered.program.eqns if e.prim.name == "stack" and len(e.args) == N) == 1
     fd_check(f, (m, xs))
+
+
+def _reversed_reads(lowered):
+    """Reads of a batched array against its order: a slice with a negative step."""
+    def reversed_slice(index):
+        index = index if type(index) is tuple else (index,)
+        return any(type(i) is slice and i.step is not None and i.step < 0 for i in index)
+    return [e for e in lowered.program.eqns if e.prim.name == "getitem" and reversed_slice(e.params["index"])]
+
+
+def test_the_backward_reads_the_forward_classes_in_their_order():
+    x = rng.normal(size=(3, 4, N))
+
+    def f(x):   # the backward pass meets the columns last to first: its classes are taken forward
+        return wnp.sum(wnp.stack([wnp.tanh(x[:, :, i]) * (i + 1.0) for i in range(N)]) ** 2)
+
+    assert _reversed_reads(vectorized_like_eager(f, x)) == []
+    fd_check(f, (x,))
+    n, w, r, b = 8, 5, 9, 2
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.normal(size=(n, r, b))
+    g = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, @]"]
+    lowered = vectorized_like_eager(g, a, bb, wts, argnums=(0, 1), shrink=4)
+    assert _reversed_reads(lowered) == []
+    # the backward of out[:, :, k] = softmax(out[:, :, k]) over every k overwrites the whole
+    # cotangent: a view of the written values, not a scatter into a copy
+    assert _count(lowered, "scatter_set") == 1
+
+
+def test_a_chain_written_last_to_first_scatters_forward():
+    x = rng.normal(size=(3, N))
+
+    def f(x):
+        out = wg.Buffer.zeros((N, 3))
+        for i in reversed(range(N)):
+            out[i] = wnp.sin(x[:, i]) * x[:, i]
+        return wnp.sum(out.freeze() ** 3)
+
+    lowered = vectorized_like_eager(f, x)
+    assert _reversed_reads(lowered) == []
+    fd_check(f, (x,))

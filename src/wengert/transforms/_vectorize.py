@@ -166,6 +166,21 @@ def _progression(values):
     return slice(start, stop if stop >= 0 else None, step)
 
 
+def _descending(columns):
+    """Whether integer ``columns`` (one per index position, a value per lane) count down through a
+    grid of lanes: every varying one affine in the lanes with no positive step, one negative."""
+    down = False
+    for col in columns:
+        col = np.asarray(col, np.int64)
+        if np.all(col == col[0]):
+            continue
+        found = _affine(col)
+        if found is None or any(step > 0 for _, step in found[1]):
+            return False
+        down = down or any(step < 0 for _, step in found[1])
+    return down
+
+
 # --- 1. write chains -------------------------------------------------------------------------------
 def _is_zero(x):
     return type(x) is not Var and np.ndim(x) == 0 and np.asarray(x) == 0
@@ -298,6 +313,12 @@ def _one_scatter(eqns, chain, links, fresh):
     else:
         kept = chain
     idx0 = links[chain[0]]
+    if None not in idx0:
+        # Each kept write lands on its own elements (adds: their order is that of a sum's terms),
+        # so a chain written in reverse order of position (a backward pass's) is taken forward:
+        # its values are then stacked as the forward classes hold them, its index a forward slice.
+        if len(kept) > 1 and _descending([[links[k][a] for k in kept] for a, i in enumerate(idx0) if type(i) is not slice]):
+            kept = kept[::-1]
     target = np.broadcast_to(np.zeros((), bool), base.shape)[idx0].shape
     values = [eqns[k].args[1] for k in kept]
     source = last.source
@@ -560,6 +581,7 @@ class _Emitter:
         self.member = {}    # var id of a batched member's result -> (class, position)
         self.read = set()   # those already read back on their own
         self.stacks = {}    # ids of the variables an emitted stack of distinct operands holds -> it
+        self.decided = set()  # classes whose members' order their operands decided (see _oriented)
 
     def need(self, v):
         """Make the result of a batched member available on its own (read its element)."""
@@ -578,6 +600,7 @@ class _Emitter:
 
     def group(self, gid, members):
         made = []
+        members = self._oriented(gid, members)
         result = self._batch(members, made)
         if result is None:
             for eqn in members:
@@ -590,6 +613,44 @@ class _Emitter:
         self.batched[gid] = result
         for pos, eqn in enumerate(members):
             self.member[eqn.outs[0].id] = (gid, pos)
+
+    def _oriented(self, gid, members):
+        """The members in the order that reads their operands forward. A class's members are in
+        program order, and the backward pass runs backward: its classes would read the forward
+        classes' arrays, and the cotangents' elements, in reverse (reversed views, and strides a
+        matmul cannot hand to BLAS). The members are independent, so any order computes the same:
+        reversed when every operand that tells an order (a read's integers along the grid of lanes,
+        the positions in a class whose order was so decided, distinct variables by age) goes down
+        and none goes up. A class with no such operand keeps its order, and does not count."""
+        if len(members) < 2:
+            return members
+        down = up = False
+        e0 = members[0]
+        if e0.prim is getitem and not all(_same_index(e.params["index"], e0.params["index"]) for e in members):
+            idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
+            if any(i is None for i in idxs) or any(len(i) != len(idxs[0]) for i in idxs):
+                return members
+            columns = [[idx[a] for idx in idxs] for a, i in enumerate(idxs[0]) if type(i) is not slice]
+            down = _descending(columns)
+            up = not down and _descending([col[::-1] for col in columns])
+        for q in range(len(e0.args)):
+            xs = [e.args[q] for e in members]
+            if type(xs[0]) is not Var or all(x is xs[0] for x in xs):
+                continue
+            found = self._positions(xs)
+            if found is not None:
+                if found[0] not in self.decided:
+                    continue
+                steps = np.diff(found[1])
+            elif all(type(x) is Var and x.id not in self.member for x in xs):
+                steps = np.diff(np.array([x.id for x in xs], np.int64))
+            else:
+                continue
+            up = up or bool(np.all(steps >= 0) and np.any(steps > 0))   # repeats (a value read twice) allowed
+            down = down or bool(np.all(steps <= 0) and np.any(steps < 0))
+        if up != down:
+            self.decided.add(gid)
+        return members[::-1] if down and not up else members
 
     # -- operands --
     def _positions(self, xs):
@@ -1273,8 +1334,8 @@ def _grouped_rows(eqn, producers):
             if same is not None and same.prim is reshape and type(same.args[0]) is Var \
                     and same.args[0].shape == values.shape:
                 values = same.args[0]
-        n = values.shape[0]
-        return values, np.arange(n), list(plan.columns), None
+        source, lanes = _lane_rows(values, producers, values.shape[0])   # the lanes read in another order
+        return source, lanes, list(plan.columns), None
     return None
 
 
@@ -1322,12 +1383,15 @@ def _is_zeros_view(x):
 
 def scatters_into_zeros_as_views(program):
     """``index_add(zeros, v, index)`` that writes every element once (slices in order or reversed,
-    the shape of v) is ``v[index]``, a view: the batched backward of a class read in reverse order."""
+    the shape of v) is ``v[index]``, a view: the batched backward of a class read in reverse order.
+    So is ``scatter_set(x, v, index)`` that overwrites every element of x (the backward of the
+    Buffer's ``out[:, :, k] = softmax(out[:, :, k])`` over every k)."""
     out, changed = [], False
     for eqn in program.eqns:
-        if eqn.prim is index_add and _is_zeros_view(eqn.args[0]) and type(eqn.args[1]) is Var \
-                and eqn.args[1].shape == eqn.args[0].shape and eqn.args[1].dtype == eqn.args[0].dtype \
-                and _whole(eqn.params["index"], eqn.args[0].shape):
+        base = eqn.args[0]
+        if ((eqn.prim is index_add and _is_zeros_view(base)) or (eqn.prim is scatter_set and type(base) in (Var, np.ndarray))) \
+                and type(eqn.args[1]) is Var and eqn.args[1].shape == base.shape and eqn.args[1].dtype == base.dtype \
+                and _whole(eqn.params["index"], base.shape):
             out.append(_eqn(getitem, (eqn.args[1],), {"index": eqn.params["index"]}, eqn.outs, eqn.source))
             changed = True
             continue
