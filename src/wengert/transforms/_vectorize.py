@@ -107,6 +107,9 @@ def _eqn(prim, args, params, outs, source):
 
 
 def _is_int(i):
+    t = type(i)
+    if t is int:
+        return True
     return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
 
 
@@ -116,13 +119,22 @@ def _const_index(index, shape, new_axes=False):
     idx = index if type(index) is tuple else (index,)
     out = []
     axis = 0
+    ndim = len(shape)
     for i in idx:
+        t = type(i)
+        if t is int and axis < ndim:   # the common case, inline
+            n = shape[axis]
+            if not -n <= i < n:
+                return None
+            out.append(i % n)
+            axis += 1
+            continue
         if i is None and new_axes:
             out.append(i)
             continue
-        if axis >= len(shape):
+        if axis >= ndim:
             return None
-        if type(i) is slice:
+        if t is slice:
             if type(i.start) is Var or type(i.stop) is Var or type(i.step) is Var:
                 return None
             out.append(i)
@@ -228,12 +240,14 @@ def _collapse_writes(eqns, outputs, fresh):
     eqns = _set_after_zero(eqns, outputs)
     out_ids = {v.id for v in outputs if type(v) is Var}
     links = [None] * len(eqns)
+    patterns = [None] * len(eqns)
     states = set()
     for k, eqn in enumerate(eqns):
         if (eqn.prim is scatter_set or eqn.prim is index_add) and type(eqn.args[0]) in (Var, np.ndarray):
             idx = _const_index(eqn.params["index"], eqn.args[0].shape, new_axes=eqn.prim is index_add)
-            if idx is not None and (None in idx) + any(_is_int(i) for i in idx) == 1:
+            if idx is not None and (None in idx) + any(type(i) is int for i in idx) == 1:
                 links[k] = idx  # ints (one element or block per write) or, adding, the same block each time
+                patterns[k] = _pattern(idx)
                 states.add(eqn.outs[0].id)
     if not states:
         return eqns
@@ -248,7 +262,7 @@ def _collapse_writes(eqns, outputs, fresh):
     for start, first in enumerate(eqns):
         if links[start] is None or start in taken:
             continue
-        prim, base, pattern = first.prim, first.args[0], _pattern(links[start])
+        prim, base, pattern = first.prim, first.args[0], patterns[start]
         written = np.zeros(base.shape, bool)
         written[links[start]] = True
         chain, reads = [start], []
@@ -261,7 +275,7 @@ def _collapse_writes(eqns, outputs, fresh):
             for j in users.get(state.id, ()):
                 eqn = eqns[j]
                 if eqn.prim is prim and eqn.args[0] is state and links[j] is not None and nxt in (None, j) \
-                        and _pattern(links[j]) == pattern and not any(v is state for v in eqn.uses[1:]):
+                        and patterns[j] == pattern and state not in eqn.uses[1:]:
                     nxt = j
                     continue
                 if eqn.prim is getitem and eqn.args[0] is state:
