@@ -467,9 +467,24 @@ def test_the_backward_reads_the_forward_classes_in_their_order():
     g = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, @]"]
     lowered = vectorized_like_eager(g, a, bb, wts, argnums=(0, 1), shrink=4)
     assert _reversed_reads(lowered) == []
+    # the loop writes every element of the Buffer once: a strided copy of its values, no scatter;
     # the backward of out[:, :, k] = softmax(out[:, :, k]) over every k overwrites the whole
     # cotangent: a view of the written values, not a scatter into a copy
-    assert _count(lowered, "scatter_set") == 1
+    assert _count(lowered, "scatter_set") == 0 and _count(lowered, "grid_add") == 3
+
+
+def test_writes_that_overwrite_a_traced_array_everywhere():
+    n, w, r, b = 8, 5, 9, 2
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.normal(size=(n, r, b))
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[in-place, np.sum(u*v)]"]
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(a, bb, wts), workloads.w1_hand_einsum(a, bb, wts), rtol=1e-9)
+    lowered = step.lower(a, bb, wts)
+    # out = zeros + 0 * a[0]; out[i, j, k] = ... everywhere: the values copied into zeros through a
+    # strided view, and the backward's "zero the written elements" everywhere is zeros
+    assert _count(lowered, "scatter_set") == 0 and _count(lowered, "set_in_place") == 0
+    fd_check(lambda a: f(a, bb, wts), (a,))
 
 
 def test_a_chain_written_last_to_first_scatters_forward():

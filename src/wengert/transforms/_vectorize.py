@@ -352,15 +352,25 @@ def _one_scatter(eqns, chain, links, fresh):
         index[a] = regular if regular is not None else col
     index = tuple(index)
     lane = sum(1 for i in idx0[:positions[0]]) if regular is not None else _lane_axis(idx0)
+    # scatter_set's kept writes land on distinct elements: as many as the base has, they overwrite it
+    whole = prim is scatter_set and len(kept) * int(np.prod(target, dtype=np.int64)) == int(np.prod(base.shape, dtype=np.int64))
     if all(type(v) is not Var for v in values):
         arrays = [np.asarray(v) for v in values]
         if prim is not scatter_set or any(a.ndim or a.dtype != arrays[0].dtype or a != arrays[0] for a in arrays):
             return None
+        if whole:   # the backward's "zero the written elements", written everywhere: zeros
+            return [_eqn(broadcast_to, (np.asarray(arrays[0], base.dtype),), {"shape": base.shape}, last.outs, source)]
         return [_eqn(prim, (base, values[0]), {"index": index}, last.outs, source)]
     if not all(type(v) is Var and v.shape == target and v.dtype == values[0].dtype for v in values):
         return None
     shape = target[:lane] + (len(values),) + target[lane:]
     stacked = fresh(shape, values[0].dtype)
+    if whole and regular is None:   # every element written once, at positions affine in the lanes
+        plan = _grid_add_plan(index, positions, columns, base.shape, lane)
+        if plan is not None and not plan.summed:   # the values copied through one strided view of zeros
+            zeros = np.broadcast_to(np.zeros((), base.dtype), base.shape)
+            return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
+                    _eqn(GRID_ADD, (zeros, stacked), {"plan": plan}, last.outs, source)]
     if prim is index_add and regular is None:
         plan = _grid_add_plan(index, positions, columns, base.shape, lane)
         if plan is not None:
