@@ -42,7 +42,7 @@ def _ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def bench_row(row, repeat, budget, use_jax):
+def bench_row(row, repeat, budget, use_jax, clock="wall"):
     fn = row.code(wnp, wg.Buffer)[row.formulation]
     eager = wg.value_and_grad(fn, argnums=row.argnums)
     jitted = wg.jit(eager)
@@ -74,7 +74,7 @@ def bench_row(row, repeat, budget, use_jax):
             note = f"jax.jit skipped: {str(e)[:60]}"
     times = measure(contestants, repeat, budget, firsts)
     return {"row": row, "first": first, "eqns": lowered.eqns, "traced": lowered.eqns_traced,
-            "times": {k: v["median"] for k, v in times.items()}, "note": note,
+            "times": {k: v["median" if clock == "wall" else "cpu_median"] for k, v in times.items()}, "note": note,
             "timings": lowered.timings}
 
 
@@ -161,18 +161,23 @@ def main(argv=None):
                         "of trace-time samples); table 2 shows how first calls grow")
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--budget", type=float, default=3.0)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="medians of wall-clock time, or of this process's CPU time (less moved by other "
+                        "processes on a loaded machine)")
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(_w1_loop_first_call(*args.child)))
         return
     use_jax = not args.no_jax and peers.availability("jax.jit")[1] is None
-    print(f"numpy {np.__version__}; jax.jit {'on' if use_jax else 'off'}; medians, measured round-robin")
+    print(f"numpy {np.__version__}; jax.jit {'on' if use_jax else 'off'}; medians of {args.clock} time, "
+          "measured round-robin")
     results = []
     for row in workloads.rows(quick=args.quick, only=args.only):
         if row.loop_iterations > args.max_trips:
             print(f"  skipped: {row.name} ({row.loop_iterations} loop trips > --max-trips {args.max_trips})")
             continue
-        results.append(bench_row(row, 3 if args.quick else args.repeat, 0.2 if args.quick else args.budget, use_jax))
+        results.append(bench_row(row, 3 if args.quick else args.repeat, 0.2 if args.quick else args.budget, use_jax,
+                                 args.clock))
         print(f"  done: {row.name}", file=sys.stderr)
     report(results)
     if not args.no_scaling:
