@@ -193,6 +193,38 @@ def test_vjp_results_alias_neither_the_cotangent_nor_earlier_results():
     assert not np.shares_memory(vjp_fn(ct)[0], ct)
 
 
+def test_vjp_of_many_outputs_checks_each_cotangent_and_hands_back_no_view_of_them():
+    """vjp_fn's per-leaf path: arrays for array and NumPy-scalar outputs, a Python float for a 0-d
+    output, a wrong shape named; a gradient that is a view of a cotangent's memory is copied."""
+    x = np.arange(3.0)
+    outs, vjp_fn = wg.vjp(lambda x: [x.reshape(3, 1), wnp.sin(x[0]), x * 2.0], x)
+    assert isinstance(outs[1], np.generic)
+    big = np.ones((3, 4))
+    (g,) = vjp_fn([big[:, :1], np.array(2.0), np.ones(3)])
+    np.testing.assert_allclose(g, [1 + 2 * np.cos(0.0) + 2, 3, 3])
+    (g,) = vjp_fn([big[:, 1:2], 0.0, np.zeros(3)])   # only the reshape: its rule gives a view of big
+    np.testing.assert_array_equal(g, np.ones(3))
+    assert not np.shares_memory(g, big) and g.flags.writeable
+    with pytest.raises(ValueError, match=r"cotangent of shape \(2,\) for an output of shape \(3,\)"):
+        vjp_fn([big[:, :1], 1.0, np.ones(2)])
+    with pytest.raises(ValueError, match=r"cotangent of shape \(3,\) for an output of shape \(\)"):
+        vjp_fn([big[:, :1], np.ones(3), np.ones(3)])
+    s = np.float32(0.5)   # a 0-d input: every contribution is a NumPy scalar
+    _, vjp_fn = wg.vjp(lambda s: [wnp.cos(s) for _ in range(5)], s)
+    (gs,) = vjp_fn([np.float32(1.0)] * 5)
+    assert type(gs) is np.float32 and np.isclose(gs, -5 * np.sin(0.5))
+
+
+def test_tree_unflatten_refuses_a_wrong_number_of_leaves():
+    from wengert import tree
+    _, d = tree.flatten([np.ones(2), (1.0, 2.0)])
+    assert tree.unflatten(d, [1, 2, 3]) == [1, (2, 3)]
+    with pytest.raises(ValueError, match="fewer leaves"):
+        tree.unflatten(d, [1, 2])
+    with pytest.raises(ValueError, match="more leaves"):
+        tree.unflatten(d, [1, 2, 3, 4])
+
+
 # --- lifetime of the tape -----------------------------------------------------------------------------
 def test_after_backward_nothing_of_the_tape_stays_alive():
     refs = {}

@@ -138,7 +138,10 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
     cts = [None] * n
     owned = bytearray(n)
     for index, ct in seeds:
-        accumulate(cts, owned, index, ct)
+        if cts[index] is None and type(ct) is not tuple and type(ct) is not _Select and accumulate is _ACCUMULATE:
+            cts[index] = ct   # stored as it is (as accumulate would): one seed per output, maybe thousands
+        else:
+            accumulate(cts, owned, index, ct)
     # Storing a first contribution is written out below (the common case of every entry), unless
     # an observer measures accumulation with an accumulator of its own.
     inline = accumulate is _ACCUMULATE
@@ -231,7 +234,15 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                         if kind is not tuple and kind is not _Select:
                             cts[parent] = c
                             continue
-                    elif kind is _ndarray and owned[parent] and type(old) is _ndarray:
+                    elif not owned[parent]:
+                        if kind is not tuple and kind is not _Select:
+                            # a second contribution (or any to a 0-d input: NumPy scalars, never
+                            # owned): a new sum, owned when it is an array
+                            new = old + c
+                            cts[parent] = new
+                            owned[parent] = type(new) is _ndarray
+                            continue
+                    elif kind is _ndarray and type(old) is _ndarray:
                         try:
                             np.add(old, c, out=old)
                             continue

@@ -104,34 +104,37 @@ def flatten(tree):
 
 
 def _flatten_into(x, leaves):
-    """``flatten_with_paths`` without the paths: transforms flatten every output and cotangent."""
+    """``flatten_with_paths`` without the paths: transforms flatten every output and cotangent
+    (a list of many arrays too: a child of a type already seen to be a leaf is taken without a
+    call per leaf)."""
     found = _children(x)
     if found is None:
         leaves.append(x)
         return LEAF
     kind, meta, children, _ = found
-    return TreeDef(kind, meta, tuple([_flatten_into(c, leaves) for c in children]))
+    defs = []
+    for c in children:
+        if type(c) in _LEAF_TYPES:
+            leaves.append(c)
+            defs.append(LEAF)
+        else:
+            defs.append(_flatten_into(c, leaves))
+    return TreeDef(kind, meta, tuple(defs))
 
 
 def unflatten(treedef, leaves):
-    it = iter(leaves)
-    tree = _build(treedef, it)
-    rest = next(it, _END)
-    if rest is not _END:
-        raise ValueError(f"unflatten: more leaves than the tree definition {treedef!r} holds")
-    return tree
-
-
-_END = object()
+    leaves = list(leaves)
+    if len(leaves) != treedef.num_leaves:
+        more = "more" if len(leaves) > treedef.num_leaves else "fewer"
+        raise ValueError(f"unflatten: {more} leaves ({len(leaves)}) than the tree definition {treedef!r} "
+                         f"holds ({treedef.num_leaves})")
+    return _build(treedef, iter(leaves))
 
 
 def _build(d, it):
-    if d.kind == "leaf":
-        leaf = next(it, _END)
-        if leaf is _END:
-            raise ValueError("unflatten: fewer leaves than the tree definition holds")
-        return leaf
-    children = [_build(c, it) for c in d.children]
+    if d is LEAF:
+        return next(it)
+    children = [next(it) if c is LEAF else _build(c, it) for c in d.children]
     if d.kind == "none":
         return None
     if d.kind == "tuple":

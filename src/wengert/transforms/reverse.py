@@ -128,11 +128,15 @@ class _Recording:
             out, aux = out
             self.aux = tree.map(self.unwrap, aux)
         out_leaves, self.out_def = tree.flatten(out)
-        self.out_indices = [
-            leaf.index if type(leaf) is Tracer and leaf._trace is trace else None
-            for leaf in out_leaves
-        ]
-        self.out_leaves = [self.unwrap(leaf) for leaf in out_leaves]
+        self.out_indices = indices = []   # the tape index of each output leaf (None: not traced here)
+        self.out_leaves = values = []
+        for leaf in out_leaves:
+            if type(leaf) is Tracer and leaf._trace is trace:
+                indices.append(leaf.index)
+                values.append(leaf.value)
+            else:
+                indices.append(None)
+                values.append(leaf)
         self.out = tree.unflatten(self.out_def, self.out_leaves)
 
     def unwrap(self, leaf):
@@ -147,8 +151,10 @@ class _Recording:
         with collector_paused(), namespace.dask_guard(self.top):
             cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
         grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
+        # only an input whose cotangent is an array the pass kept may alias the caller's arrays (a
+        # scalar's or a missing one's gradient is made by _finish)
         _give_away(grads, [*out_cts, *self.in_leaves],
-                   [cts[i] is None for i in self.input_indices])
+                   [not isinstance(cts[i], np.ndarray) for i in self.input_indices])
         out, start = [], 0
         for treedef in self.in_defs:
             out.append(tree.unflatten(treedef, grads[start:start + treedef.num_leaves]))
@@ -214,24 +220,46 @@ def _zeros(shape, dtype):
     return np.broadcast_to(np.zeros((), dtype), shape)
 
 
-def _give_away(grads, taken, zeros=None):
+def _give_away(grads, taken, made=None):
     """Make every plain gradient array one the caller alone owns, writable and aliasing nothing.
 
     The backward pass may hand the same cotangent to several inputs (``x + y``), a read-only
     broadcast view (``sum``), a view of another cotangent, or an array the caller passed in
     (``taken``: the output cotangents and the inputs); those are copied. A view of an array that
-    nothing else holds (``reshape`` of a fresh product) is handed over as it is. The zeros of
-    inputs that received nothing (flagged in ``zeros``) stay read-only broadcasts (see ``_finish``).
+    nothing else holds (``reshape`` of a fresh product) is handed over as it is. Gradients flagged
+    in ``made`` were made by ``_finish`` (from nothing: read-only broadcast zeros, which stay so;
+    from a NumPy scalar) and are handed over as they are.
     """
-    owners = {id(root(x)) for x in taken if isinstance(x, np.ndarray)} | {id(x) for x in taken}
-    for k, g in enumerate(grads):
-        if type(g) is np.ndarray and not (zeros and zeros[k] and g.ndim):
-            base = root(g)
-            if id(base) in owners or not g.flags.writeable or not isinstance(base, np.ndarray):
-                g = grads[k] = g.copy()
-                base = g
-            owners.add(id(base))
+    given = [k for k, g in enumerate(grads) if type(g) is np.ndarray and not (made and made[k])]
+    if not given:
+        return grads
+    # the memory the gradients live in; only those of the taken arrays matter (there may be
+    # thousands of output cotangents against a few inputs)
+    memory = {id(root(grads[k])) for k in given}
+    owners = memory.intersection(map(id, taken))
+    owners.update(memory.intersection([id(root(x)) for x in taken if isinstance(x, np.ndarray) and x.base is not None]))
+    for k in given:
+        g = grads[k]
+        base = root(g)
+        if id(base) in owners or not g.flags.writeable or not isinstance(base, np.ndarray):
+            g = grads[k] = g.copy()
+            base = g
+        owners.add(id(base))
     return grads
+
+
+_ndarray = np.ndarray
+_scalar = np.generic
+
+
+def _cotangent_leaf(c, o):
+    """A cotangent leaf for output leaf ``o``, checked for shape; plain values as arrays (0-d: a
+    NumPy scalar, as operations on 0-d arrays return)."""
+    if shape_of(c) != shape_of(o):
+        raise ValueError(f"vjp_fn: cotangent of shape {shape_of(c)} for an output of shape {shape_of(o)}")
+    if type(c) is Tracer or c is None or namespace.is_foreign(c):
+        return c
+    return np.asarray(c)[()]
 
 
 def vjp(f, *primals, has_aux=False):
@@ -247,16 +275,14 @@ def vjp(f, *primals, has_aux=False):
             raise ValueError(
                 f"vjp_fn: the cotangent's structure {ct_def!r} differs from the output's {rec.out_def!r}"
             )
+        checked = []
         for c, o in zip(ct_leaves, rec.out_leaves):
-            if type(c) is np.ndarray and type(o) is np.ndarray and c.shape == o.shape:
-                continue
-            if shape_of(c) != shape_of(o):
-                raise ValueError(
-                    f"vjp_fn: cotangent of shape {shape_of(c)} for an output of shape {shape_of(o)}"
-                )
-        ct_leaves = [c if type(c) is Tracer or c is None or namespace.is_foreign(c) else np.asarray(c)[()]
-                     for c in ct_leaves]
-        return rec.pull(ct_leaves, keep_tape=True)
+            # the common case first (an array for an array or NumPy scalar output): one shape test
+            if type(c) is _ndarray and (type(o) is _ndarray or isinstance(o, _scalar)) and c.shape == o.shape:
+                checked.append(c if c.ndim else c[()])
+            else:
+                checked.append(_cotangent_leaf(c, o))
+        return rec.pull(checked, keep_tape=True)
 
     if has_aux:
         return rec.out, vjp_fn, rec.aux
