@@ -176,9 +176,13 @@ def _symmetric_from(x, lower=True):
 def _inverse_gaps(w):
     """``F[..., i, j] = 1 / (w_j - w_i)``, and 0 where ``w_i`` and ``w_j`` tie (the diagonal included)."""
     if type(w) is np.ndarray:   # plain: NumPy's broadcasting, as the primitives would find to do
-        gaps = w[..., None, :] - w[..., :, None]
-        largest = np.maximum.reduce(np.abs(w), axis=-1, keepdims=True, initial=0)
-        gaps[np.abs(gaps) <= largest[..., None] * (w.shape[-1] * _eps(w.dtype))] = np.inf   # tied: 1/inf = 0
+        if w.ndim == 1:   # one matrix's: the tolerance is one number
+            gaps = w[None, :] - w[:, None]
+            tol = w.shape[0] * _eps(w.dtype) * np.maximum.reduce(np.abs(w), initial=0)
+        else:
+            gaps = w[..., None, :] - w[..., :, None]
+            tol = w.shape[-1] * _eps(w.dtype) * np.maximum.reduce(np.abs(w), axis=-1, initial=0)[..., None, None]
+        gaps[np.abs(gaps) <= tol] = np.inf   # tied: 1/inf = 0
         return np.reciprocal(gaps, out=gaps)
     gaps = _row(w) - _col(w)
     c = constant(w)
@@ -432,8 +436,11 @@ def _eigh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
     gw, gv = g
     if _plain_real(w, v, gw, gv):
         vt = v.swapaxes(-1, -2)
-        inner = _inverse_gaps(w) * (vt @ gv)
-        inner += gw[..., None] * _eye(w.shape[-1], w.dtype)
+        inner = _inverse_gaps(w) * (vt @ gv)   # zero on the diagonal (a value ties with itself)
+        if inner.ndim == 2:
+            inner.flat[::inner.shape[0] + 1] = gw   # the diagonal, in place
+        else:
+            inner += gw[..., None] * _eye(w.shape[-1], w.dtype)
         return _fold_real(v @ (inner @ vt), lower=UPLO.upper() == "L")
     inner = _diag(_real_if(gw)) + _inverse_gaps(w) * matmul(_mT(v), gv)
     # complex (Hermitian) x: conj(V) (...) V^T, the transpose of the JVP below under the bilinear pairing
