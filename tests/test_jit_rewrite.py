@@ -335,3 +335,22 @@ def test_products_summed_through_transposes_and_reversals_are_einsums():
     assert calls(text, "einsum") >= 1 and calls(plain, "einsum") == 0
     x = rng.standard_normal(a.shape)
     assert_trees_close(wg.jit(wg.value_and_grad(f))(x, b), wg.value_and_grad(f)(x, b))
+
+
+def test_transposes_of_transposes_are_one_call_and_an_identity_none():
+    """vmap's rules and their backward passes move the batch axis in and out: a transpose of a
+    transpose is one transpose, and one that keeps every axis in place is its operand."""
+    x = rng.standard_normal((3, 4, 5))
+
+    def f(x):
+        z = wnp.transpose(wnp.transpose(wnp.tanh(x), (1, 2, 0)), (2, 0, 1))   # x's own layout again
+        w = wnp.transpose(wnp.transpose(wnp.cos(x), (2, 1, 0)), (1, 0, 2))
+        return wnp.sum(z * x) + wnp.sum(wnp.sin(w) * wnp.arange(60.0).reshape(4, 5, 3))
+
+    got, want, text, plain = staged(f, x)
+    assert_trees_close(got, want)
+    assert calls(plain, "transpose") >= 4
+    assert calls(text, "ndarray_transpose|T") <= calls(plain, "transpose") // 2
+    inner = wg.jit(lambda x: wnp.transpose(wnp.transpose(x, (1, 2, 0)), (2, 0, 1)))
+    assert_trees_close(inner(x), x)
+    assert inner(x) is not x   # a returned input is a view, never the input itself (as eager)

@@ -374,6 +374,29 @@ def reuse_contractions(program):
     return _ir.dce(Program(program.inputs, out, program.outputs))
 
 
+# --- transposes of transposes ---------------------------------------------------------------------
+def _permutation(eqn, ndim):
+    axes = eqn.params.get("axes")
+    return tuple(range(ndim))[::-1] if axes is None else tuple(int(a) % ndim for a in axes)
+
+
+def _transpose_of_transpose(eqn, defs, counts):
+    """``transpose(transpose(x, a), b)`` is ``transpose(x, a[b])``: one call (vmap's rules and their
+    backward passes move the batch axis in and out, one transpose each way)."""
+    if eqn.prim is not S.transpose or len(eqn.args) != 1 or type(eqn.args[0]) is not Var:
+        return None
+    y = eqn.args[0]
+    src = defs.get(y.id)
+    if src is None or src.prim is not S.transpose or len(src.args) != 1 or type(src.args[0]) is not Var \
+            or counts.get(y.id) != 1:
+        return None
+    x = src.args[0]
+    n = len(x.shape)
+    inner, outer = _permutation(src, n), _permutation(eqn, n)
+    axes = tuple(inner[b] for b in outer)
+    return [Eqn(S.transpose, (x,), {"axes": axes}, eqn.outs, (x,), eqn.source)]
+
+
 # --- sums of stacked reads ---------------------------------------------------------------------------
 def _read_at(v, defs):
     """``(x, k)`` when ``v = x[k]`` reads one position of ``x``'s first axis, else None."""
@@ -503,6 +526,19 @@ def _same_reshape(eqn, fresh_results, returned):
     return x
 
 
+def _identity_transpose(eqn, fresh_results, returned):
+    """A transpose that keeps every axis in place is its operand (as a reshape to its own shape)."""
+    if eqn.prim is not S.transpose or len(eqn.args) != 1 or type(eqn.args[0]) is not Var:
+        return None
+    x = eqn.args[0]
+    out = eqn.outs[0]
+    if _permutation(eqn, len(x.shape)) != tuple(range(len(x.shape))) or x.dtype != out.dtype:
+        return None
+    if out.id in returned and (x.id not in fresh_results or x.id in returned):
+        return None
+    return x
+
+
 # --- broadcasts into elementwise operations ---------------------------------------------------------
 def _elementwise(eqn):
     impl = eqn.prim.impl
@@ -614,7 +650,7 @@ def simplify(program):
             step = (_diagonal_product(eqn, defs, fresh) or _diagonal_of_product(eqn, defs, counts)
                     or _scatter_is_reshape(eqn) or _implicit_broadcasts(eqn, defs) or _reshape_of(eqn, defs, counts)
                     or (_product_sum(eqn, defs, counts, fresh) if contract else None)
-                    or _sum_of_stacked_reads(eqn, defs, counts, fresh))
+                    or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _transpose_of_transpose(eqn, defs, counts))
             if step is None:
                 break
             for v in eqn.uses:
@@ -628,7 +664,8 @@ def simplify(program):
             new.extend(step[:-1])
             eqn = step[-1]
         new.append(eqn)
-        x = _unit_divisor(eqn, fresh_results, returned) or _same_reshape(eqn, fresh_results, returned)
+        x = (_unit_divisor(eqn, fresh_results, returned) or _same_reshape(eqn, fresh_results, returned)
+             or _identity_transpose(eqn, fresh_results, returned))
         if x is not None:
             rename[eqn.outs[0].id] = x
             counts[x.id] += counts.get(eqn.outs[0].id, 0) - 1
