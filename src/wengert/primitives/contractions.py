@@ -88,9 +88,18 @@ matmul = defprim(_matmul, (_matmul_vjp_a, _matmul_vjp_b), name="matmul",
 
 def _int_axes_split(a, b, axes):
     """``(rows, inner, cols)`` of the matrix product that ``tensordot(a, b, axes)`` is, for plain
-    arrays and an int ``axes`` (a's last ``axes`` axes against b's first, in order); else None."""
-    if type(axes) is not int or type(a) is not np.ndarray or type(b) is not np.ndarray \
-            or not 0 <= axes <= min(a.ndim, b.ndim) or a.shape[a.ndim - axes:] != b.shape[:axes]:
+    arrays contracted over a's last k axes against b's first k, in order (an int ``axes``, or the
+    pair of tuples wengert.numpy's tensordot passes); else None."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        return None
+    if type(axes) is tuple:
+        axes_a, axes_b = axes
+        k = len(axes_b)
+        if type(axes_a) is not tuple or type(axes_b) is not tuple or len(axes_a) != k \
+                or axes_a != tuple(range(a.ndim - k, a.ndim)) or axes_b != tuple(range(k)):
+            return None
+        axes = k
+    if type(axes) is not int or not 0 <= axes <= min(a.ndim, b.ndim) or a.shape[a.ndim - axes:] != b.shape[:axes]:
         return None
     rows = inner = cols = 1
     for n in a.shape[:a.ndim - axes]:
@@ -104,10 +113,10 @@ def _int_axes_split(a, b, axes):
 
 def _tensordot(a, b, axes=2):
     split = _int_axes_split(a, b, axes)
-    if split is not None:   # np.tensordot's own steps for an int axes, without its Python checks
+    if split is not None:   # np.tensordot's own steps for these axes, without its Python checks
         rows, inner, cols = split
-        return np.dot(a.reshape(rows, inner), b.reshape(inner, cols)).reshape(
-            a.shape[:a.ndim - axes] + b.shape[axes:])
+        k = axes if type(axes) is int else len(axes[1])
+        return np.dot(a.reshape(rows, inner), b.reshape(inner, cols)).reshape(a.shape[:a.ndim - k] + b.shape[k:])
     return np.tensordot(a, b, axes)
 
 
