@@ -370,7 +370,7 @@ def _define():
     case("wnn.logsumexp(b=)", ["nn.logsumexp_b"], {"16": [V, V]}, lambda x, b: wnn.logsumexp(x, b=b),
          lambda x, b: np.log(np.sum(b * np.exp(x))))
     case("softmax written out (rewritten)", ["nn.softmax_known"], nnshapes, lambda x: _written_softmax(wnp, x),
-         _np_softmax, _t(lambda t, x: t.softmax(x, -1)))
+         _np_softmax, _t(_written_softmax_torch))   # PyTorch records the same four operations
     case("log(softmax(x)) (rewritten)", ["nn.log_softmax"], nnshapes, lambda x: wnp.log(wnn.softmax(x)),
          lambda x: np.log(_np_softmax(x)), _t(lambda t, x: t.log(t.softmax(x, -1))))
     case("softmax cross-entropy (labels)", ["nn.softmax_cross_entropy"], {"4x4": [M], "64x64": [MMAT]},
@@ -397,16 +397,16 @@ def _define():
     for label, fn, npfn, covers, tfn, make in (
             ("inv", la.inv, np.linalg.inv, ["inv"], lambda t, x: t.linalg.inv(x), spd),
             ("det", la.det, np.linalg.det, ["det"], lambda t, x: t.linalg.det(x), spd),
-            ("slogdet", la.slogdet, np.linalg.slogdet, ["slogdet"], lambda t, x: t.linalg.slogdet(x)[1], spd),
+            ("slogdet", la.slogdet, np.linalg.slogdet, ["slogdet"], lambda t, x: t.linalg.slogdet(x), spd),
             ("cholesky", la.cholesky, np.linalg.cholesky, ["cholesky"], lambda t, x: t.linalg.cholesky(x), spd),
-            ("eigh", la.eigh, np.linalg.eigh, ["eigh"], lambda t, x: t.linalg.eigh(x)[0], spd),
+            ("eigh", la.eigh, np.linalg.eigh, ["eigh"], lambda t, x: t.linalg.eigh(x), spd),
             ("eigvalsh", la.eigvalsh, np.linalg.eigvalsh, ["eigvalsh"], lambda t, x: t.linalg.eigvalsh(x), spd),
             ("eig", lambda x: la.eig(x)[0], lambda x: np.linalg.eig(x)[0], ["eig"], None, spd),
             ("eigvals", la.eigvals, np.linalg.eigvals, ["eigvals"], None, spd),
             ("svd", la.svd, np.linalg.svd, ["svd"], None, spd),
             ("svdvals", lambda x: la.svd(x, compute_uv=False), lambda x: np.linalg.svd(x, compute_uv=False),
              ["svdvals"], lambda t, x: t.linalg.svdvals(x), spd),
-            ("qr", la.qr, np.linalg.qr, ["qr"], lambda t, x: t.linalg.qr(x)[1], spd),
+            ("qr", la.qr, np.linalg.qr, ["qr"], lambda t, x: t.linalg.qr(x), spd),
             ("pinv", la.pinv, np.linalg.pinv, ["pinv"], lambda t, x: t.linalg.pinv(x), spd),
             ("norm (2)", lambda x: la.norm(x, 2), lambda x: np.linalg.norm(x, 2), ["pnorm", "svdvals"],
              None, spd),
@@ -529,6 +529,12 @@ def _written_softmax(xp, x):
     """softmax as users write it: the rewrite records it as one softmax (rewrites.py)."""
     e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
     return e / xp.sum(e, axis=-1, keepdims=True)
+
+
+def _written_softmax_torch(t, x):
+    """The same written-out softmax in PyTorch (``max`` along an axis is ``amax`` there)."""
+    e = t.exp(x - t.amax(x, -1, keepdim=True))
+    return e / t.sum(e, -1, keepdim=True)
 
 
 def _np_softmax(x):
@@ -680,15 +686,25 @@ def _jax_prepare(c, args, k, jax):
     return run
 
 
+def _differentiable(results):
+    """The tensors among ``results`` (a tuple result, such as eigh's, counts each of its tensors) that
+    carry a gradient: every output wengert's side differentiates (slogdet's sign carries none)."""
+    outs = []
+    for r in results:
+        for o in (r if isinstance(r, tuple) else (r,)):
+            if o.requires_grad:
+                outs.append(o)
+    return outs
+
+
 def _torch_prepare(c, args, k, torch):
     plain = [torch.from_numpy(a.copy()) for a in args]
     leaves = [torch.from_numpy(a.copy()).requires_grad_(True) for a in args]
     try:
         with torch.no_grad():
             c.torch(*plain)
-        outs = [c.torch(*leaves) for _ in range(2)]
-        torch.autograd.backward([o for o in outs if o.requires_grad],
-                                [torch.ones_like(o) for o in outs if o.requires_grad])
+        outs = _differentiable([c.torch(*leaves) for _ in range(2)])
+        torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
     except (LookupError, RuntimeError, TypeError, AttributeError, NotImplementedError):
         return None   # PyTorch has no such operation (or not differentiable there)
 
@@ -698,7 +714,7 @@ def _torch_prepare(c, args, k, torch):
             for _ in range(k):
                 c.torch(*plain)
         t1 = time.process_time()
-        outs = [c.torch(*leaves) for _ in range(k)]
+        outs = _differentiable([c.torch(*leaves) for _ in range(k)])
         t2 = time.process_time()
         cts = [torch.ones_like(o) for o in outs]
         t3 = time.process_time()
