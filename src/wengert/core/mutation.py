@@ -232,8 +232,9 @@ def _write_and_record(trace, x, index, value, plain_value, ours, write_prim):
     """Write into ``x``'s array and append the write's tape entry (which keeps nothing); ``x`` now
     stands for the written array. Returns the entry's index."""
     x.value[index] = plain_value
-    shape = plain_value.shape if type(plain_value) is np.ndarray or type(plain_value) is Tracer \
-        else np.shape(plain_value)
+    kind = type(plain_value)
+    shape = plain_value.shape if kind is np.ndarray or kind is Tracer or isinstance(plain_value, np.generic) \
+        else np.shape(plain_value)   # a NumPy scalar (a dot product's value) has its shape too
     tape = trace.tape
     last = len(tape)
     tape.append((write_prim, [None, None], None, {"index": index, "value_shape": shape},

@@ -473,11 +473,13 @@ class Primitive:
                 if params and type(self.impl) is _ufunc:
                     return _traced_ufunc_call(self, args, params)
                 return bind(self, args, params)
-        if params and "index" in params:   # plain operands, but maybe an index vmap batches or jit stages
-            level = index_level(params["index"])
-            if level is not None:
-                return level.process(self, args, list(args), (), params)
-        return self.impl(*args, **params)
+        if params:
+            if "index" in params:   # plain operands, but maybe an index vmap batches or jit stages
+                level = index_level(params["index"])
+                if level is not None:
+                    return level.process(self, args, list(args), (), params)
+            return self.impl(*args, **params)
+        return self.impl(*args)   # plain operands, no keywords: the rules' calls (no empty ** to pass)
 
     def __repr__(self):
         return f"<primitive {self.name}>"
