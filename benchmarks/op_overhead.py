@@ -316,6 +316,8 @@ def _define():
     case("roll", ["roll"], VECTORS, lambda x: wnp.roll(x, 1), lambda x: np.roll(x, 1),
          _t(lambda t, x: t.roll(x, 1)))
     case("diagonal", ["diagonal"], MATRICES, wnp.diagonal, np.diagonal, _t(lambda t, x: t.diagonal(x)))
+    case("np.diag(a @ b) (rewritten)", ["diagonal_of_product"], {"4x4": [M, M], "64x64": [MMAT, MMAT]},
+         lambda a, b: wnp.diag(a @ b), lambda a, b: np.diag(a @ b), _t(lambda t, a, b: t.diag(a @ b)))
     case("np.diag of vector", ["diagonal_embed"], {"16": [V], "4096": [(64,)]}, wnp.diag, np.diag,
          _t(lambda t, x: t.diag(x)))
     case("pad", ["pad_constant"], VECTORS, lambda x: wnp.pad(x, 1), lambda x: np.pad(x, 1),

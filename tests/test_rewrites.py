@@ -310,3 +310,63 @@ def test_an_overflowing_sum_leaves_the_division_alone():
         value = wg.value_and_grad(f)(big)[0]
         e = np.exp(big)
         np.testing.assert_array_equal(value, np.sum(e / e.sum(1, keepdims=True) * X))
+
+
+# --- np.diag of a matrix product -----------------------------------------------------------------
+A = RNG.standard_normal((4, 3))
+B = RNG.standard_normal((3, 4))
+W = RNG.standard_normal(4)
+
+
+def weighted_diag_of_product(a, b):
+    return wnp.sum(wnp.sin(wnp.diag(a @ b)) * W)
+
+
+@pytest.mark.parametrize("argnums", [(0,), (1,), (0, 1)])
+def test_diag_of_a_product_is_recorded_without_the_products_rules(argnums):
+    names = []
+
+    def f(a, b):
+        out = weighted_diag_of_product(a, b)
+        names.extend(e[0].name for e in out._trace.tape if e[0] is not None)
+        return out
+    value, grads = wg.value_and_grad(f, argnums=argnums)(A, B)
+    assert "diagonal_of_product" in names and "diagonal" not in names, names
+    with wg.config.override(rewrites=False):
+        ref_value, ref_grads = wg.value_and_grad(weighted_diag_of_product, argnums=argnums)(A, B)
+    assert value == ref_value                  # the product's own diagonal, not a recomputed one
+    for g, ref in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, ref, rtol=1e-12, atol=1e-12)
+    wg.check_grads(weighted_diag_of_product, (A, B), order=2)
+    wg.check_grads(weighted_diag_of_product, (A, B), modes=("fwd",), order=1)
+
+
+def test_diag_of_a_product_under_vmap_and_jit_equals_the_composition():
+    As = RNG.standard_normal((2, 4, 3))
+    expected = [np.diag(a @ B) for a in As]
+    np.testing.assert_allclose(wg.vmap(lambda a: wnp.diag(a @ B))(As), expected, rtol=1e-12)
+    per_example = wg.vmap(wg.grad(weighted_diag_of_product))(As, np.stack([B, B]))
+    for a, g in zip(As, per_example):
+        np.testing.assert_allclose(g, wg.grad(weighted_diag_of_product)(a, B), rtol=1e-12)
+    np.testing.assert_allclose(wg.jit(wg.grad(weighted_diag_of_product))(A, B),
+                               wg.grad(weighted_diag_of_product)(A, B), rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["non-square product", "offset diagonal", "product written in place"])
+def test_near_misses_of_diag_of_a_product_stay_a_diagonal(case):
+    def f(a, b):
+        if case == "non-square product":
+            d = wnp.diag(a[:3] @ b)
+        elif case == "offset diagonal":
+            d = wnp.diag(a @ b, k=1)
+        else:
+            p = a @ b
+            p[0, 0] = 2.0
+            d = wnp.diag(p)
+        out = wnp.sum(wnp.sin(d))
+        names.extend(e[0].name for e in out._trace.tape if e[0] is not None)
+        return out
+    names = []
+    wg.grad(f)(A, B)
+    assert "diagonal" in names and "diagonal_of_product" not in names, names
+    wg.check_grads(f, (A, B))
