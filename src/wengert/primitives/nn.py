@@ -176,6 +176,16 @@ def _all_finite(m):
     return math.isfinite(np.maximum.reduce(np.abs(m), axis=None))
 
 
+def _shifted_of_array(x, axis):
+    """``_shift`` for a plain float array, as every plain-array fast path below starts: ``(x - m, m)``
+    with ``m`` the maxima along ``axis`` (kept as size 1); None when a maximum is not finite (the
+    general implementations, through ``_shift``, handle those rows)."""
+    m = np.maximum.reduce(x, axis=axis, keepdims=True)
+    if not _all_finite(m):
+        return None
+    return x - m, m
+
+
 def _softmax(x, axis=None):
     if type(x) is np.ndarray and x.ndim and x.dtype in _FAST_FLOATS:    # NumPy's own few calls (what jit programs run)
         out = softmax_of_array(x, axis)
@@ -192,10 +202,10 @@ def softmax_of_array(x, axis):
     """softmax of a plain float32/float64 array of one or more dimensions along one int axis: NumPy's
     own few operations, so that ``wnn.softmax`` on plain arrays costs what NumPy code costs. None
     when a maximum is not finite (the implementation above handles those rows)."""
-    m = np.maximum.reduce(x, axis=axis, keepdims=True)
-    if not _all_finite(m):
+    shifted = _shifted_of_array(x, axis)
+    if shifted is None:
         return None
-    e = x - m
+    e = shifted[0]
     np.exp(e, out=e)
     e /= np.add.reduce(e, axis=axis, keepdims=True)
     return e
@@ -203,10 +213,10 @@ def softmax_of_array(x, axis):
 
 def log_softmax_of_array(x, axis):
     """log_softmax of a plain float array along one axis (as ``softmax_of_array``)."""
-    m = np.maximum.reduce(x, axis=axis, keepdims=True)
-    if not _all_finite(m):
+    shifted = _shifted_of_array(x, axis)
+    if shifted is None:
         return None
-    z = x - m
+    z = shifted[0]
     z -= np.log(np.add.reduce(np.exp(z), axis=axis, keepdims=True))
     return z
 
@@ -306,10 +316,10 @@ log_softmax_known = defprim(_log_softmax_known,
 
 def _logsumexp_of_array(x, axis, keepdims):
     """logsumexp of a float32/float64 array (as ``log_softmax_of_array``); None for a maximum that is not finite."""
-    m = np.maximum.reduce(x, axis=axis, keepdims=True)
-    if not _all_finite(m):
+    shifted = _shifted_of_array(x, axis)
+    if shifted is None:
         return None
-    e = x - m
+    e, m = shifted
     np.exp(e, out=e)
     out = np.add.reduce(e, axis=axis, keepdims=True)
     np.log(out, out=out)
@@ -444,17 +454,15 @@ def _sce_sparse_of_array(x, labels, reduction, stash):
     """Cross-entropy of a plain float32/float64 matrix-like ``x`` against integer labels along its
     last axis: NumPy's few calls (no dtype or shape to normalize). None for a maximum that is not
     finite (the general implementation handles those rows)."""
-    m = np.maximum.reduce(x, axis=-1, keepdims=True)
-    if not _all_finite(m):
+    shifted = _shifted_of_array(x, -1)
+    if shifted is None:
         return None
-    z = x - m
+    z = shifted[0]
     e = np.exp(z)
     s = np.add.reduce(e, axis=-1, keepdims=True)
-    classes = x.shape[-1]
-    flat = labels.reshape(-1)
-    picked = z.reshape(-1, classes)[np.arange(flat.size), flat]
+    rows, flat = _rows(labels)
     per_example = np.log(s.reshape(-1))
-    per_example -= picked
+    per_example -= z.reshape(-1, z.shape[-1])[rows, flat]   # _pick's read, kept flat
     if stash is not None:
         e /= s
         stash[0] = e
@@ -553,10 +561,10 @@ softmax_cross_entropy_sparse = defprim(_sce_sparse, (_sce_sparse_vjp, None), nam
 def _sce_dense_of_array(x, t, reduction, stash):
     """Cross-entropy of plain float32/float64 ``x`` against targets ``t`` of its shape and dtype
     along the last axis: NumPy's few calls. None for a maximum that is not finite."""
-    m = np.maximum.reduce(x, axis=-1, keepdims=True)
-    if not _all_finite(m):
+    shifted = _shifted_of_array(x, -1)
+    if shifted is None:
         return None
-    logp = x - m
+    logp = shifted[0]
     e = np.exp(logp)
     s = np.add.reduce(e, axis=-1, keepdims=True)
     logp -= np.log(s)

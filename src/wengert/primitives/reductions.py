@@ -96,21 +96,26 @@ def _tie_shares(ans, x, axis, keepdims):
 _equal = nondiff(np.equal)
 
 
-def _kept(v, ndim, axis, keepdims):
-    """A plain reduction result ``v`` with its reduced axes put back as size 1 (broadcasts against x)."""
+def _kept_shape(shape, axis):
+    """``shape`` with the axes a reduction over ``axis`` (not None) removed put back as size 1."""
+    axes = _axes(axis, len(shape))
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _kept(v, shape, axis, keepdims):
+    """A plain reduction result ``v`` over x of ``shape`` with its reduced axes put back as size 1
+    (broadcasts against x). A reshape: np.expand_dims's checks cost more than the work here."""
     if keepdims or axis is None:
         return v   # a full reduction's 0-d result broadcasts as it is
-    return np.expand_dims(v, _axes(axis, ndim))
+    return np.reshape(v, _kept_shape(shape, axis))
 
 
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
     if type(g) is not Tracer and type(x) is np.ndarray and type(ans) is not Tracer:
         # plain values: the comparison, one count and one product, in x's dtype (no float64
         # temporaries, no broadcast copy of g: the product broadcasts it)
-        ndim = x.ndim
-        if axis is not None and not keepdims:   # put the reduced axes back as size 1
-            axes = _axes(axis, ndim)
-            kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+        if axis is not None and not keepdims:   # the reduced axes back as size 1 (_kept, the shape found once)
+            kept = _kept_shape(x.shape, axis)
             ans, g = np.reshape(ans, kept), np.reshape(g, kept)
         selected = x == ans
         dtype = x.dtype if x.dtype.kind == "f" else np.result_type(x, np.float16)
@@ -172,9 +177,8 @@ def _var_scale(shape, axis, ddof):
 def _var_vjp(g, ans, x, axis=None, ddof=0, keepdims=False):
     """``g * 2 (x - mean(x)) / (n - ddof)``, the composition's rules in one (real x)."""
     if type(g) is not Tracer and type(x) is np.ndarray:
-        ndim = x.ndim
         centered = x - x.mean(axis=axis, keepdims=True)
-        centered *= _kept(np.asarray(g), ndim, axis, keepdims) * _var_scale(x.shape, axis, ddof)
+        centered *= _kept(np.asarray(g), x.shape, axis, keepdims) * _var_scale(x.shape, axis, ddof)
         return centered
     shape = _shape(x)  # one example's under vmap
     centered = x - mean(x, axis=axis, keepdims=True)
@@ -247,8 +251,7 @@ def _prod_vjp(g, ans, x, axis=None, keepdims=False):
         tiny = np.finfo(x.dtype).tiny
         ans = np.asarray(ans)
         if np.abs(x).min() >= tiny and np.abs(ans).min() >= tiny:
-            ndim = x.ndim
-            return _kept(np.asarray(g), ndim, axis, keepdims) * _kept(ans, ndim, axis, keepdims) / x
+            return _kept(np.asarray(g), x.shape, axis, keepdims) * _kept(ans, x.shape, axis, keepdims) / x
     return _expand_to(g, _shape(x), axis, keepdims) * _others(x, axis)
 
 

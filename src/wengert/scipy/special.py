@@ -93,6 +93,8 @@ def _nonzero(x):
 
 # --- gamma family --------------------------------------------------------------------------------
 gammaln = defunary(sc.gammaln, lambda g, ans, x: g * digamma(x), name="scipy.special.gammaln")
+
+
 def _digamma_vjp(g, ans, x):
     """g * polygamma(1, x). On plain real values trigamma is the Hurwitz zeta(2, x) (polygamma(1, x)
     is (-1)^2 1! zeta(2, x)): SciPy's one call, where polygamma is several and promotes float32."""
