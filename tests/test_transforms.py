@@ -297,6 +297,30 @@ def test_vjp_fn_can_be_called_again_with_other_cotangents(rng):
     np.testing.assert_array_equal(again[1], first[1])
 
 
+@pytest.mark.parametrize("seed", [1.0, 1, np.float64(1.0), np.ones((), np.float64), np.ones((), np.float16)],
+                         ids=["python float", "python int", "float64 scalar", "float64 0-d", "float16 0-d"])
+def test_vjp_takes_the_cotangent_in_the_outputs_dtype(seed, rng):
+    """A ``1.0`` seed for a float32 loss: every cotangent of the backward pass stays float32 (a
+    float64 one would make each float32 product a mixed one, several times slower, and the
+    gradient would be cast back to float32 anyway). PyTorch casts the same way."""
+    W = rng.standard_normal((5, 4)).astype(np.float32)
+    x = rng.standard_normal(4).astype(np.float32)
+    seen = []
+
+    @wg.custom_vjp
+    def probe(v):
+        return v
+
+    probe.defvjp(lambda v: (v, None), lambda _, g: (seen.append(g.dtype) or g,))
+    f = lambda W: wnp.sum(probe(wnp.tanh(W @ x)) ** 2)
+    out, vjp_fn = wg.vjp(f, W)
+    assert out.dtype == np.float32
+    (g,) = vjp_fn(seed)
+    (ref,) = vjp_fn(np.float32(1.0))
+    assert seen == [np.float32, np.float32]
+    np.testing.assert_array_equal(g, ref)
+
+
 # --- jacobian -----------------------------------------------------------------------------------------
 def test_jacobian_shape_is_output_shape_then_input_shape_and_matches_finite_differences(rng):
     W = rng.standard_normal((2, 3, 4))

@@ -254,18 +254,29 @@ _scalar = np.generic
 
 def _cotangent_leaf(c, o):
     """A cotangent leaf for output leaf ``o``, checked for shape; plain values as arrays (0-d: a
-    NumPy scalar, as operations on 0-d arrays return)."""
+    NumPy scalar, as operations on 0-d arrays return) of the output's dtype when the output is
+    floating point: a ``1.0`` seed for a float32 loss must not turn every cotangent of the backward
+    pass into float64 (NumPy's mixed float32/float64 products do not run in BLAS: several times
+    slower, for gradients that come back as float32 anyway). A complex cotangent for a real output
+    is kept as it is (docs/complex.md)."""
     if shape_of(c) != shape_of(o):
         raise ValueError(f"vjp_fn: cotangent of shape {shape_of(c)} for an output of shape {shape_of(o)}")
     if type(c) is Tracer or c is None or namespace.is_foreign(c):
         return c
-    return np.asarray(c)[()]
+    c = np.asarray(c)
+    dtype = getattr(o, "dtype", None)
+    if dtype is not None and c.dtype != dtype and dtype.kind in "fc" and not (
+            c.dtype.kind == "c" and dtype.kind == "f"):
+        c = c.astype(dtype)
+    return c[()]
 
 
 def vjp(f, *primals, has_aux=False):
     """Run ``f(*primals)``; return ``(out, vjp_fn)`` (and ``aux``), ``vjp_fn(ct)`` a tuple of cotangents.
 
-    ``vjp_fn`` may be called many times; the tape lives as long as ``vjp_fn`` does.
+    ``vjp_fn`` may be called many times; the tape lives as long as ``vjp_fn`` does. A real
+    cotangent is taken in its output's floating dtype (``vjp_fn(1.0)`` of a float32 output runs
+    a float32 backward pass).
     """
     rec = _Recording(f, primals, tuple(range(len(primals))), has_aux)
 
@@ -278,7 +289,8 @@ def vjp(f, *primals, has_aux=False):
         checked = []
         for c, o in zip(ct_leaves, rec.out_leaves):
             # the common case first (an array for an array or NumPy scalar output): one shape test
-            if type(c) is _ndarray and (type(o) is _ndarray or isinstance(o, _scalar)) and c.shape == o.shape:
+            if type(c) is _ndarray and (type(o) is _ndarray or isinstance(o, _scalar)) and c.shape == o.shape \
+                    and c.dtype == o.dtype:
                 checked.append(c if c.ndim else c[()])
             else:
                 checked.append(_cotangent_leaf(c, o))
