@@ -215,6 +215,22 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
             x = args[0]
             accumulate(cts, owned, parent, indexed_cotangent(index, g, x.shape, x.dtype))
             continue
+        if prim.indexed_read is not None and type(g) is Tracer and g._trace.staged and inline \
+                and prim._vjp[0] is prim.indexed_read and is_plain_basic(params["index"]):
+            # the same read under jit: one staged index_add per read into the parent's accumulator
+            # (owned 2: an index_add this loop made, whose sample jit may update in place)
+            parent = parents[0][1]
+            old = cts[parent]
+            if old is None:
+                c = prim.indexed_read(g, ans, args[0], params["index"])
+                cts[parent] = c
+                owned[parent] = 2 if type(c) is Tracer and c._trace is g._trace else 0
+                continue
+            new = g._trace.add_at(old, owned[parent] == 2, g, params["index"])
+            if new is not None:
+                cts[parent] = new
+                owned[parent] = 2
+                continue
         rules = prim._vjp
         size = -1 if params else len(args)   # positional calls spelled out for the common sizes
         for position, parent in parents:

@@ -97,7 +97,8 @@ class Trace:
     computes = False
     hidden_axes = 0
     observe = None    # a reverse level being watched operation by operation (see ReverseTrace)
-    staged = False   # a jit level: its values are samples, never read for control flow (transforms/jit.py)
+    staged = False   # a jit level: its values are samples, never read for control flow (transforms/jit.py);
+    # it also has ``add_at(acc, private, g, index)``, the backward loop's accumulation of a read's cotangent
 
     def __init__(self):
         self.level = 0

@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from ..core import backward as _backward
+from ..core.backward import is_plain_basic
 from ..core import tree
 from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError
 from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
@@ -201,7 +202,7 @@ class StagingTrace(Trace):
         return x, x
 
     # -- staging --
-    def process(self, prim, args, vals, parents, params):
+    def process(self, prim, args, vals, parents, params, impl=None):
         if not self.alive:
             raise LeakedTracerError(prim.name)
         if self.written is not None:
@@ -210,12 +211,13 @@ class StagingTrace(Trace):
             for a in args:
                 if type(a) is Tracer and a._trace is self and a.index < last:
                     check_not_stale(self, (a,), prim)
-        return self.stage(prim, args, params, 4)
+        return self.stage(prim, args, params, 4, impl)
 
-    def stage(self, prim, args, params, depth=3):
+    def stage(self, prim, args, params, depth=3, impl=None):
         """Append ``prim(*args, **params)`` to the program; its result, computed on the samples.
         ``depth``: the first frame that may be the user's (4 from ``process``: its caller, bind or
-        a rule, is wengert's)."""
+        a rule, is wengert's). ``impl``: what computes the sample instead of ``prim.impl`` (the
+        same values, written into an operand's sample that nothing else reads: see ``write``)."""
         uses = []
         operands, values = [], []
         variables = self.vars
@@ -244,7 +246,7 @@ class StagingTrace(Trace):
                     p_ops[k], p_vals[k] = op, val
         if prim is getitem and len(uses) > 1:
             _refuse_value_dependent_shape(p_ops["index"])
-        ans = prim.impl(*values, **p_vals)
+        ans = (prim.impl if impl is None else impl)(*values, **p_vals)
         if type(ans) is tuple and not prim.multiple_results and _NONDIFF_PRIMS.get((prim.impl, False)) is prim:
             prim = _nondiff_primitive(prim.impl, multiple_results=True)  # np.histogram: (counts, edges)
         if prim.multiple_results:
@@ -278,10 +280,29 @@ class StagingTrace(Trace):
             self.written = {}
         else:
             check_not_stale(self, (x,), scatter_set)
-        new = self.stage(scatter_set, (x, value), {"index": index})
-        x.value[index] = value.value if type(value) is Tracer else value
+        if is_plain_basic(index):   # the sample is written in place, not copied first (a copy per write)
+            new = self.stage(scatter_set, (x, value), {"index": index}, impl=_set_into)
+        else:
+            new = self.stage(scatter_set, (x, value), {"index": index})
+            x.value[index] = value.value if type(value) is Tracer else value
         x.index = new.index
         self.written[id(memory)] = self.last_write = x.index
+
+    def add_at(self, acc, private, g, index):
+        """``acc`` plus ``g`` at ``index`` (an index of ints and slices), as one ``index_add``: the
+        backward loop adds a read ``x[index]``'s cotangent into ``x``'s accumulator ``acc`` with it
+        (the program :func:`_ir.fold_indexed_adds` would make of ``acc + index_add(zeros, g)``).
+        ``private``: ``acc``'s sample is held by that loop alone (an ``index_add`` it made), so the
+        sample is updated in place: a loop of reads costs the elements read, not a copy of ``x``
+        per read. None where ``acc`` is not this level's array of the sum's dtype."""
+        if type(acc) is not Tracer or acc._trace is not self:
+            return None
+        sample, gv = acc.value, g.value
+        kind = type(gv)
+        if type(sample) is not np.ndarray or not (kind is np.ndarray or isinstance(gv, np.generic)) \
+                or np.result_type(sample.dtype, gv.dtype) != sample.dtype:
+            return None
+        return self.process(index_add, (acc, g), None, None, {"index": index}, _add_into if private else None)
 
     def refuse_concrete(self):
         where = _user_frame(self)
@@ -297,6 +318,18 @@ class StagingTrace(Trace):
             "a branch on this value would be baked in. Mark the argument it comes from static "
             "(wg.jit(f, static_argnums=...) or static_argnames=...), or compute both branches and "
             "choose with wnp.where(condition, a, b).")
+
+
+def _set_into(x, v, index):
+    """``scatter_set``'s value, written into ``x`` (a sample the staged write overwrites anyway)."""
+    x[index] = v
+    return x
+
+
+def _add_into(x, v, index):
+    """``index_add``'s value for an index of ints and slices, added into ``x`` (a private sample)."""
+    x[index] += v
+    return x
 
 
 def _holds_tracer(x):
