@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import zlib
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -1040,6 +1042,28 @@ def test_std_at_zero_variance_has_derivative_zero_in_every_mode():
     wg.check_grads(lambda v: wnp.std(v), (y[1],))
     assert np.isnan(wg.value_and_grad(wnp.std)(np.array([1.0, np.nan]))[0])
     np.testing.assert_array_equal(wg.grad(wnp.nanstd)(np.array([2.0, np.nan, 2.0])), [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.complex128])
+def test_traced_mean_and_var_give_numpys_values_bit_for_bit(dtype):
+    """The primitives reduce float32/float64 with NumPy's own calls minus its Python layer (faster on
+    small arrays); every axis, keepdims and ddof gives NumPy's exact value, type and dtype, and the
+    dtypes and cases left to NumPy (float16, complex, ddof >= n, empty) do too."""
+    rng = np.random.default_rng(3)
+    for shape in [(), (1,), (16,), (4, 4), (3, 5, 7), (0, 3)]:
+        x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+        axes = [None] + list(range(len(shape))) + ([(0, 2)] if len(shape) == 3 else [])
+        for axis, keepdims in ((a, k) for a in axes for k in (False, True)):
+            cases = [(wnp.mean, np.mean, {})]
+            if dtype != np.complex128:
+                cases += [(wnp.var, np.var, {"ddof": d}) for d in (0, 1, 7)]
+            for ours, theirs, kw in cases:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")   # empty slices, ddof >= n: NumPy warns and gives nan
+                    expected = theirs(x, axis=axis, keepdims=keepdims, **kw)
+                    got = wg.vjp(lambda v: ours(v, axis=axis, keepdims=keepdims, **kw), x)[0]
+                assert type(got) is type(expected) and got.dtype == expected.dtype, (shape, axis, kw)
+                np.testing.assert_array_equal(got, expected)
 
 
 def test_var_and_std_of_complex_values_are_real():
