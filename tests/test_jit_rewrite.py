@@ -354,3 +354,129 @@ def test_transposes_of_transposes_are_one_call_and_an_identity_none():
     inner = wg.jit(lambda x: wnp.transpose(wnp.transpose(x, (1, 2, 0)), (2, 0, 1)))
     assert_trees_close(inner(x), x)
     assert inner(x) is not x   # a returned input is a view, never the input itself (as eager)
+
+
+def _shapes_made(f, *args, argnums=0):
+    """The shapes of the arrays each equation of the optimized program makes."""
+    program = wg.jit(wg.value_and_grad(f, argnums=argnums)).lower(*args).program
+    return [eqn.outs[0].shape for eqn in program.eqns]
+
+
+def test_a_product_read_only_in_parts_is_made_in_parts():
+    """``p = a * b`` read as ``p[1:]`` and ``p[0]`` (twice the first: the vectorizing pass's copies)
+    is ``a * b[1:]`` and ``a * b[0]``: the (n, k) product is never made. Read whole as well, or in
+    parts that overlap to more than the product, it stays."""
+    a = rng.standard_normal(7)
+    b = rng.standard_normal((9, 7))
+
+    def parts(a, b):
+        p = wnp.tanh(a) * b
+        return wnp.sum(wnp.sin(p[1:])) + wnp.sum(wnp.cos(p[1:]) * 2) + wnp.sum(p[0] ** 2)
+
+    def whole(a, b):
+        p = wnp.tanh(a) * b
+        return wnp.sum(wnp.sin(p[1:])) + wnp.sum(p)
+
+    def overlapping(a, b):
+        p = wnp.tanh(a) * b
+        return wnp.sum(wnp.sin(p[1:])) + wnp.sum(wnp.cos(p[:-1]))
+
+    got, want, text, plain = staged(parts, a, b, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert (9, 7) in _without_rewrites(parts, a, b)
+    forward = text.split("backward of")[0]
+    assert "= x1[1:,]" in forward and "= x1[0,]" in forward
+    assert len(re.findall(r"= multiply\(v0, v\d+\)", forward)) == 2 and "multiply(v0, x1)" not in forward
+    assert "multiply(v0, x1)" in plain.split("backward of")[0]
+    for f in (whole, overlapping):
+        assert_trees_close(wg.jit(wg.value_and_grad(f, argnums=(0, 1)))(a, b), wg.value_and_grad(f, argnums=(0, 1))(a, b))
+        assert (9, 7) in _shapes_made(f, a, b, argnums=(0, 1))
+    # a broadcast axis of size 1 keeps its one element; an int read drops the axis in both operands
+    c = rng.standard_normal((9, 1, 7))
+
+    def broadcast(a, c):
+        p = wnp.tanh(a)[None, None, :] * c * wnp.ones((1, 4, 1))
+        return wnp.sum(wnp.sin(p[2:5, 1:3])) + wnp.sum(wnp.cos(p[0, 1]))
+
+    assert_trees_close(wg.jit(wg.value_and_grad(broadcast, argnums=(0, 1)))(a, c),
+                       wg.value_and_grad(broadcast, argnums=(0, 1))(a, c))
+
+
+def _without_rewrites(f, *args):
+    saved = dict(_ir.PASSES)
+    _ir.PASSES.update(simplify=False)
+    try:
+        program = wg.jit(f).lower(*args).program
+    finally:
+        _ir.PASSES.update(saved)
+    return [eqn.outs[0].shape for eqn in program.eqns]
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_a_sum_of_a_sum_is_one_sum(keepdims):
+    """``sum(sum(x, 2, keepdims), 0)`` is one sum over both axes (a reshape where the kept axes differ)."""
+    x = rng.standard_normal((5, 4, 6))
+
+    def f(x):
+        s = wnp.sum(wnp.sum(wnp.tanh(x), axis=2, keepdims=keepdims), axis=0)
+        return wnp.sum(wnp.sin(s))
+
+    got, want, text, plain = staged(f, x)
+    assert_trees_close(got, want)
+    forward = [line for line in text.splitlines() if "backward of" not in line]
+    sums = lambda lines: sum(1 for line in lines if re.search(r"= (add_reduce|_sum)\(", line))
+    assert sums(forward) == 2 and sums(l for l in plain.splitlines() if "backward of" not in l) == 3
+    assert got[0].shape == () and got[1].shape == x.shape
+
+
+def test_a_batched_product_of_a_broadcast_product_summed_over_the_batch_is_one_einsum():
+    """``sum((u * g[:, None, :]) @ x.transpose(0, 2, 1), axis=0)`` (W2's weight cotangent): one
+    einsum of ``u``, ``g`` and ``x``, which contracts ``g`` with ``x`` first, and no batched matmul
+    (differentiated for ``u`` and ``g``: the product is read by the matmul alone); without the
+    product, the batched matmul and the sum stay."""
+    u = rng.standard_normal((8, 32))
+    g = rng.standard_normal((40, 32))
+    x = rng.standard_normal((40, 16, 32))
+
+    def f(u, g, x):
+        p = wnp.tanh(u)[None, :, :] * g[:, None, :]
+        return wnp.sum(wnp.sin(wnp.sum(p @ wnp.transpose(x, (0, 2, 1)), axis=0)))
+
+    def plain_stacks(u, g, x):
+        p = wnp.tanh(u)[None, :, :] + g[:, None, :]
+        return wnp.sum(wnp.sin(wnp.sum(p @ wnp.transpose(x, (0, 2, 1)), axis=0)))
+
+    got, want, text, plain = staged(f, u, g, x, argnums=(0, 1))
+    assert_trees_close(got, want)
+    forward = text.split("backward of")[0]
+    assert re.search(r"einsum\(\w+, \w+, \w+, subscripts=", forward) and "matmul" not in forward
+    assert "matmul" in plain
+    got, want, text, _ = staged(plain_stacks, u, g, x, argnums=(0, 1, 2))
+    assert_trees_close(got, want)
+    assert "np_matmul" in text.split("backward of")[0]
+
+
+def test_w2_diagmatmul_makes_no_batched_product_for_the_weight_cotangent():
+    """Seed 001's diagmatmul spelling: the backward pass's ``gz[t] * y1`` for every step and the 255
+    matrix products with the steps' inputs are one einsum that reads the stacked inputs once."""
+    T, B, n_in, n_out = 40, 16, 6, 8
+    Wm, bm = rng.standard_normal((n_out, n_in)), rng.standard_normal(n_out)
+    xs = [rng.standard_normal((n_in, B)) for _ in range(T)]
+    Hs, wts = rng.standard_normal((6, T, B)), rng.standard_normal((6, B))
+
+    def f(Wm, bm, xs, Hs, wts):
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        z = wnp.stack([wnp.diag(ys[0].T @ y) for y in ys])
+        e = wnp.exp(z - wnp.max(z, axis=0, keepdims=True))
+        alpha = e / wnp.sum(e, axis=0, keepdims=True)
+        return wnp.sum(wnp.sum(alpha[None] * Hs, axis=1) * wts)
+
+    got, want, text, plain = staged(f, Wm, bm, xs, Hs, wts, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(plain, "np_matmul") + calls(plain, "matmul") >= 2
+    assert calls(text, "np_matmul") == 1   # the forward product alone
+    assert (T - 1, n_out, B) not in _shapes_made(f, Wm, bm, xs, Hs, wts, argnums=(0, 1))
+    jitted = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    for _ in range(2):
+        xs = [rng.standard_normal((n_in, B)) for _ in range(T)]
+        assert_trees_close(jitted(Wm, bm, xs, Hs, wts), wg.value_and_grad(f, argnums=(0, 1))(Wm, bm, xs, Hs, wts))

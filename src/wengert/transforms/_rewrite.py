@@ -374,6 +374,191 @@ def reuse_contractions(program):
     return _ir.dce(Program(program.inputs, out, program.outputs))
 
 
+# --- products read in parts, sums of sums, batched products summed ----------------------------------
+def _basic_parts(index, ndim):
+    """``index`` as a tuple of ints and int slices covering at most ``ndim`` axes, else None."""
+    parts = index if type(index) is tuple else (index,)
+    if len(parts) > ndim:
+        return None
+    for part in parts:
+        if type(part) is slice:
+            if not all(type(b) is int or b is None for b in (part.start, part.stop, part.step)):
+                return None
+        elif type(part) is not int:
+            return None
+    return parts
+
+
+def _part_key(parts):
+    return tuple((p.start, p.stop, p.step) if type(p) is slice else p for p in parts)
+
+
+def _indexed_shape(shape, parts):
+    return np.broadcast_to(np.zeros((), np.int8), shape)[parts].shape
+
+
+# A product read in more parts than this stays whole: each part is a NumPy call of its own (a batched
+# class read back member by member is one multiply, not one per member). Two covers the vectorizing
+# pass's split of a class into its first member and the rest.
+_MOST_PARTS = 2
+
+
+def _products_read_in_parts(program):
+    """Arrays (products ``a * b`` among them) that only basic reads ``x[i]`` use, whose distinct reads hold
+    no more elements than the product: id -> True. Each read is then the product of the operands'
+    parts (:func:`_part_of_product`), and the whole product is never made (W2's backward pass makes
+    ``gz[t] * y1`` for every ``t`` as one (256, 32, 128) array, then reads steps ``1:`` and ``0``)."""
+    products = {}
+    for eqn in program.eqns:   # any result: a product may be written as one by a rewrite (diag(d) @ b)
+        if not eqn.prim.multiple_results and len(eqn.outs[0].shape) >= 2:
+            products[eqn.outs[0].id] = eqn.outs[0]
+    reads = {}
+    for eqn in program.eqns:
+        for v in eqn.uses:
+            if v.id not in products:
+                continue
+            parts = _basic_parts(eqn.params.get("index"), len(v.shape)) \
+                if eqn.prim is S.getitem and eqn.args[0] is v and len(eqn.uses) == 1 else None
+            if parts is None:
+                products.pop(v.id)
+                reads.pop(v.id, None)
+            else:
+                reads.setdefault(v.id, {})[_part_key(parts)] = int(np.prod(eqn.outs[0].shape))
+    for v in program.outputs:
+        if type(v) is Var:
+            products.pop(v.id, None)
+    return {i for i, x in products.items() if i in reads and len(reads[i]) <= _MOST_PARTS
+            and sum(reads[i].values()) <= int(np.prod(x.shape))}
+
+
+def _part_of_product(eqn, defs, parted, fresh):
+    """``(a * b)[i]`` is ``a[i_a] * b[i_b]``, each operand indexed on the axes it has at full size (a
+    broadcast axis of size 1 keeps its one element): the same products, fewer of them."""
+    if eqn.prim is not S.getitem or type(eqn.args[0]) is not Var or eqn.args[0].id not in parted:
+        return None
+    x = eqn.args[0]
+    src = defs.get(x.id)
+    parts = _basic_parts(eqn.params["index"], len(x.shape))
+    if src is None or src.prim is not E.multiply or parts is None:
+        return None
+    out = eqn.outs[0]
+    new, args = [], []
+    for a in src.args:
+        shape = _shape(a)
+        offset = len(x.shape) - len(shape)
+        own = []
+        for k, part in enumerate(parts):
+            if k < offset:
+                continue
+            if shape[k - offset] == x.shape[k]:
+                own.append(part)
+            elif shape[k - offset] == 1:
+                own.append(0 if type(part) is int else slice(None))
+            else:
+                return None
+        own = tuple(own)
+        if all(type(p) is slice and p == slice(None) for p in own):
+            args.append(a)
+        elif type(a) is Var:
+            part_var = fresh(_indexed_shape(shape, own), a.dtype)
+            new.append(Eqn(S.getitem, (a,), {"index": own}, (part_var,), (a,), eqn.source))
+            args.append(part_var)
+        elif type(a) is np.ndarray:
+            args.append(a[own])
+        else:
+            return None
+    if np.broadcast_shapes(*(_shape(a) for a in args)) != out.shape:
+        return None
+    new.append(Eqn(E.multiply, tuple(args), {}, eqn.outs, _vars(*args), eqn.source))
+    return new
+
+
+def _sum_of_sum(eqn, defs, counts, fresh):
+    """``sum(sum(x, a), b)`` is one sum of ``x`` over both axis sets (the backward pass's unbroadcast
+    sums a bias cotangent over one axis, then the vectorized batch over another)."""
+    if eqn.prim is not R.sum_ or len(eqn.args) != 1 or type(eqn.args[0]) is not Var \
+            or not set(eqn.params) <= {"axis", "keepdims"}:
+        return None
+    mid = eqn.args[0]
+    src = defs.get(mid.id)
+    if src is None or src.prim is not R.sum_ or len(src.args) != 1 or type(src.args[0]) is not Var \
+            or not set(src.params) <= {"axis", "keepdims"} or counts.get(mid.id) != 1:
+        return None
+    x = src.args[0]
+    out = eqn.outs[0]
+    if x.dtype != out.dtype or mid.dtype != out.dtype or not x.shape:
+        return None
+    inner = _axes(src.params.get("axis"), len(x.shape))
+    kept = list(range(len(x.shape))) if src.params.get("keepdims", False) else \
+        [k for k in range(len(x.shape)) if k not in inner]
+    if not mid.shape:
+        return None
+    outer = {kept[k] for k in _axes(eqn.params.get("axis"), len(mid.shape))}
+    axis = tuple(sorted(inner | outer))
+    counts[x.id] -= 1   # the inner sum is read by this one only: it goes
+    for keepdims in (True, False):
+        shape = (_kept_shape if keepdims else _squeezed_shape)(x.shape, axis)
+        if shape == out.shape:
+            return [Eqn(R.sum_, (x,), {"axis": axis, "keepdims": keepdims}, eqn.outs, (x,), eqn.source)]
+    total = fresh(_squeezed_shape(x.shape, axis), out.dtype)
+    return [Eqn(R.sum_, (x,), {"axis": axis, "keepdims": False}, (total,), (x,), eqn.source),
+            Eqn(S.reshape, (total,), {"shape": out.shape}, eqn.outs, (total,), eqn.source)]
+
+
+def _product_terms(x, letters, defs, counts, fresh, source):
+    """``x``'s einsum operands and terms, ``x`` having the index letters ``letters``: the operands of
+    ``x = a * b`` (each read through added axes, size-1 axes dropped by a reshape) when only this
+    contraction reads the product, else ``x`` itself. ``(operands, terms, new equations, folded)``."""
+    src = defs.get(x.id)
+    if src is None or src.prim is not E.multiply or src.params or len(src.args) != 2 or counts.get(x.id) != 1 \
+            or not all(type(a) is Var and a.dtype == x.dtype for a in src.args):
+        return [x], [letters], [], False
+    operands, terms, new = [], [], []
+    n = len(x.shape)
+    for a in src.args:
+        y, axes = _expanded(a, defs)
+        offset = n - len(a.shape)
+        keep = [k for k, ax in enumerate(axes) if y.shape[k] == x.shape[offset + ax]]
+        if len(keep) < len(axes):
+            if any(y.shape[k] != 1 for k in range(len(axes)) if k not in keep):
+                return [x], [letters], [], False
+            z = fresh(tuple(y.shape[k] for k in keep), y.dtype)
+            new.append(Eqn(S.reshape, (y,), {"shape": z.shape}, (z,), (y,), source))
+            y = z
+        operands.append(y)
+        terms.append("".join(letters[offset + axes[k]] for k in keep))
+    return operands, terms, new, True
+
+
+def _batched_product_summed(eqn, defs, counts, fresh):
+    """``sum(a @ b, axis=0)`` over the batch of two stacks of matrices, where an operand is a
+    broadcast product ``u * v`` read only here, is one einsum of the product's operands and the other
+    stack: opt_einsum then contracts the small factors first (W2's weight cotangent
+    ``sum_t (y1 * gz[t]) @ x[t].T`` is ``y1 @ (sum_t gz[t] * x[t]).T``: the stacks read once, no
+    (255, 32, 128) product and no 255 matrix products)."""
+    if eqn.prim is not R.sum_ or len(eqn.args) != 1 or type(eqn.args[0]) is not Var \
+            or eqn.params.get("keepdims", False) or eqn.params.get("axis") not in (0, (0,)):
+        return None
+    m = eqn.args[0]
+    src = defs.get(m.id)
+    if src is None or src.prim is not C.matmul or counts.get(m.id) != 1 or len(m.shape) != 3:
+        return None
+    a, b = src.args
+    out = eqn.outs[0]
+    if type(a) is not Var or type(b) is not Var or len(a.shape) != 3 or len(b.shape) != 3 \
+            or a.shape[0] != b.shape[0] or a.dtype != out.dtype or b.dtype != out.dtype or out.dtype.kind not in "fc" \
+            or max(int(np.prod(a.shape)), int(np.prod(b.shape))) < _CONTRACT_MIN:
+        return None
+    ops_a, terms_a, new_a, folded_a = _product_terms(a, "abc", defs, counts, fresh, eqn.source)
+    ops_b, terms_b, new_b, folded_b = _product_terms(b, "acd", defs, counts, fresh, eqn.source)
+    if not (folded_a or folded_b):
+        return None   # two stacks alone: matmul and a sum are the faster spelling
+    operands = ops_a + ops_b
+    subscripts = ",".join(terms_a + terms_b) + "->bd"
+    return new_a + new_b + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, eqn.outs,
+                                tuple(operands), eqn.source)]
+
+
 # --- transposes of transposes ---------------------------------------------------------------------
 def _permutation(eqn, ndim):
     axes = eqn.params.get("axes")
@@ -641,15 +826,29 @@ def simplify(program):
     returned = {v.id for v in program.outputs if type(v) is Var}
     fresh_results = set()
     rename = {}
+    parted = _products_read_in_parts(program)
+    part_reads = {}   # (product id, index) -> the variable already holding that part
     out = []
     for eqn in program.eqns:
         if rename:
             eqn = renamed(eqn, rename)
+        if parted and eqn.prim is S.getitem and type(eqn.args[0]) is Var and eqn.args[0].id in parted:
+            parts = _basic_parts(eqn.params["index"], len(eqn.args[0].shape))
+            key = (eqn.args[0].id, _part_key(parts)) if parts is not None else None
+            if key in part_reads:   # the same part read again (the vectorizing pass's copies)
+                rename[eqn.outs[0].id] = part_reads[key]
+                counts[part_reads[key].id] += counts.get(eqn.outs[0].id, 0)
+                counts[eqn.args[0].id] -= 1
+                continue
+            if key is not None:
+                part_reads[key] = eqn.outs[0]
         new = []
         for _ in range(4):   # a rewrite's result may be rewritten again (a scatter become a reshape, of a sum)
             step = (_diagonal_product(eqn, defs, fresh) or _diagonal_of_product(eqn, defs, counts)
                     or _scatter_is_reshape(eqn) or _implicit_broadcasts(eqn, defs) or _reshape_of(eqn, defs, counts)
+                    or _part_of_product(eqn, defs, parted, fresh) or _sum_of_sum(eqn, defs, counts, fresh)
                     or (_product_sum(eqn, defs, counts, fresh) if contract else None)
+                    or (_batched_product_summed(eqn, defs, counts, fresh) if contract else None)
                     or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _transpose_of_transpose(eqn, defs, counts))
             if step is None:
                 break
