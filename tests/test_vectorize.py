@@ -499,3 +499,58 @@ def test_a_chain_written_last_to_first_scatters_forward():
     lowered = vectorized_like_eager(f, x)
     assert _reversed_reads(lowered) == []
     fd_check(f, (x,))
+
+
+@pytest.mark.parametrize("spelling", ["loop[Buffer, np.sum(u*v)]", "loop[lists+stack, np.sum(u*v)]", "loop[Buffer, @]",
+                                      "loop[in-place, np.inner]"])
+def test_seed_001_backward_contracts_every_spelling_and_computes_only_the_rows_read(spelling):
+    T, B, n_in, n_out, D = 9, 8, 5, 4, 6
+    r = np.random.default_rng(2)
+    Wm, bm = r.normal(size=(n_out, n_in)), r.normal(size=n_out)
+    xs = [r.random((n_in, B)) for _ in range(T)]
+    xs[3][:, 2] = xs[1][:, 2]                       # equal columns: ties in z along t
+    Hs, wts = r.random((D, T, B)), r.normal(size=(D, B))
+    f = workloads.w2_spellings_code(wnp, wg.Buffer)[spelling]
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(Wm, bm, xs, Hs, wts), workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts), rtol=1e-9)
+    close(step(Wm, bm, xs, Hs, wts), wg.value_and_grad(f, argnums=(0, 1))(Wm, bm, xs, Hs, wts), rtol=1e-9)
+    lowered = step.lower(Wm, bm, xs, Hs, wts)
+    # the sum over t of g[t, b] * ys[t][:, b] (np.sum(u*v)'s backward broadcasts g first) is a matmul
+    assert _count(lowered, "grid_rowsum") == 1
+    # the lanes' products g * y1[b] for the other operand: one row per lane (t, b), not one per operand
+    rows = [e.outs[0].shape[0] for e in lowered.program.eqns if e.prim.name == "multiply" and len(e.outs[0].shape) == 2]
+    assert rows and max(rows) <= T * B
+
+
+def _run(program):
+    from wengert.primitives.shape import getitem
+    from wengert.transforms import _ir
+    text, namespace = _ir.generate(program, getitem)
+    return _ir.compile_program(text, namespace)[0]
+
+
+def test_narrow_lanes_computes_the_rows_read_once_each():
+    from wengert.primitives import elementwise as E
+    from wengert.primitives.shape import getitem, reshape
+    from wengert.transforms._ir import Program, Var
+    n, w = 96, 3
+    f64 = np.dtype(np.float64)
+    x, g = Var(0, (n, w), f64), Var(1, (n,), f64)
+    col, prod = Var(2, (n, 1), f64), Var(3, (n, w), f64)
+    reads = [7, 3, (slice(10, 40, 3),), (np.array([5, 5, 95, 7]),)]
+    outs = [Var(4 + k, np.zeros((n, w))[idx].shape, f64) for k, idx in enumerate(reads)]
+    eqns = [_vectorize._eqn(reshape, (g,), {"shape": (n, 1)}, (col,), None),
+            _vectorize._eqn(E.multiply, (col, x), {}, (prod,), None)]
+    eqns += [_vectorize._eqn(getitem, (prod,), {"index": idx}, (o,), None) for idx, o in zip(reads, outs)]
+    program = Program([x, g], eqns, outs)
+    narrowed = _vectorize.narrow_lanes(program, _vectorize._Fresh(program))
+    products = [e for e in narrowed.eqns if e.prim is E.multiply]
+    assert len(products) == 1 and products[0].outs[0].shape == (14, w)   # rows 3, 5, 7, 95 and 10..37 by 3, each once
+    xv, gv = rng.normal(size=(n, w)), rng.normal(size=n)
+    full = gv[:, None] * xv
+    for got, want in zip(_run(narrowed)(xv, gv), [full[7], full[3], full[10:40:3], full[[5, 5, 95, 7]]]):
+        np.testing.assert_array_equal(got, want)
+    # read mostly whole: left as it is
+    wide = Program([x, g], eqns[:2] + [_vectorize._eqn(getitem, (prod,), {"index": (slice(0, 90),)}, (outs[2],), None)],
+                   [outs[2]])
+    assert _vectorize.narrow_lanes(wide, _vectorize._Fresh(wide)) is wide

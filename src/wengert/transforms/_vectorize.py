@@ -941,7 +941,7 @@ def vectorize(program, trace_type, stats=None):
             if type(v) is Var:
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
-        result = scatters_into_zeros_as_views(contract_cotangents(contract_lanes(result), fresh))
+        result = scatters_into_zeros_as_views(narrow_lanes(contract_cotangents(contract_lanes(result), fresh), fresh))
     if stats is not None:
         stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
                      batched=sum(len(m) for m in groups))
@@ -1259,8 +1259,15 @@ def _rowsum_plan(gidx, ridx, groups):
 
 
 def _lane_column(v, producers, n):
-    """(g, gidx) when ``v`` is lane scalars as a column: ``reshape(g[gidx], (n, 1))``, perhaps broadcast."""
+    """(g, gidx) when ``v`` is lane scalars as a column: ``reshape(g[gidx], (n, 1))``, perhaps broadcast,
+    perhaps its rows read again (``np.sum(u * v)``'s backward broadcasts the lanes' cotangents first)."""
     eqn = producers.get(v.id)
+    if eqn is not None and eqn.prim is getitem and len(v.shape) == 2:
+        source, rows = _lane_rows(v, producers, n)
+        if source is v:
+            return None
+        inner = _lane_column(source, producers, source.shape[0])
+        return None if inner is None else (inner[0], inner[1][rows])
     if eqn is not None and eqn.prim is broadcast_to:
         v = eqn.args[0]
         if type(v) is not Var:
@@ -1421,3 +1428,116 @@ def scatters_into_zeros_as_views(program):
             continue
         out.append(eqn)
     return Program(program.inputs, out, program.outputs) if changed else program
+
+
+# --- 7. lane products of which only some rows are read: only those rows ----------------------------
+# A class's batched result holds every member; when the backward's contractions (``_grid_rowsum``)
+# took over the sums that read most of its rows, the rest is read by a few row reads, e.g. W2's
+# (65408, 32) lane product of which 32768 rows are read. An elementwise equation whose every reader
+# reads rows along its first axis computes only the rows read: its lane operands read at those rows
+# (the reads composed with the reads that made them: often every row of a smaller array, no copy).
+NARROW_MIN = 64          # lanes: below this the index bookkeeping costs more than the rows saved
+NARROW_FRACTION = 0.75   # narrowed when at most this share of the rows is read
+
+
+def _row_index(eqn):
+    """The rows (1-D ints) a ``getitem`` reading along the first axis only selects, and whether its
+    result keeps that axis; None for any other index."""
+    index = eqn.params["index"]
+    if type(index) is tuple:
+        if len(index) != 1:
+            return None
+        index = index[0]
+    n = eqn.args[0].shape[0]
+    if _is_int(index):
+        return (np.array([int(index) % n], np.intp), False) if -n <= index < n else None
+    if type(index) is slice:
+        if any(type(p) is Var for p in (index.start, index.stop, index.step)):
+            return None
+        return np.arange(n)[index], True
+    if type(index) is np.ndarray and index.ndim == 1 and index.dtype.kind in "iu" and len(index) \
+            and 0 <= index.min() and index.max() < n:
+        return index.astype(np.intp), True
+    return None
+
+
+def _rows_literal(rows):
+    regular = _progression(rows)
+    return regular if regular is not None else np.asarray(rows, np.intp)
+
+
+def _rows_of(v, rows, producers, made, fresh, source):
+    """``v[rows]``, reading through the row reads and column reshapes that made ``v`` (appended to
+    ``made``): a read of every row of an array in order is that array."""
+    if len(rows) == v.shape[0] and np.array_equal(rows, np.arange(len(rows))):
+        return v
+    eqn = producers.get(v.id)
+    if eqn is not None and eqn.prim is reshape and type(eqn.args[0]) is Var and len(v.shape) == 2 \
+            and v.shape[1] == 1 and eqn.args[0].shape == v.shape[:1]:   # lanes as a column
+        inner = _rows_of(eqn.args[0], rows, producers, made, fresh, source)
+        out = fresh((len(rows), 1), v.dtype)
+        made.append(_eqn(reshape, (inner,), {"shape": out.shape}, (out,), source))
+        return out
+    base, through = _lane_rows(v, producers, v.shape[0], ndim=len(v.shape))
+    if base is not v:
+        return _rows_of(base, through[rows], producers, made, fresh, source)
+    out = fresh((len(rows),) + v.shape[1:], v.dtype)
+    made.append(_eqn(getitem, (v,), {"index": (_rows_literal(rows),)}, (out,), source))
+    return out
+
+
+def narrow_lanes(program, fresh):
+    """Elementwise equations of which only some rows are read compute only those rows."""
+    producers, readers = {}, {}
+    for k, eqn in enumerate(program.eqns):
+        for o in eqn.outs:
+            producers[o.id] = eqn
+        for v in eqn.uses:
+            readers.setdefault(v.id, []).append(k)
+    outputs = {v.id for v in program.outputs if type(v) is Var}
+    replace = {}   # equation position -> equations that replace it
+    for k, eqn in enumerate(program.eqns):
+        prim = eqn.prim
+        if not isinstance(getattr(prim, "impl", None), np.ufunc) or prim.multiple_results or eqn.params \
+                or len(eqn.outs) != 1:
+            continue
+        out = eqn.outs[0]
+        n = out.shape[0] if out.shape else 0
+        if n < NARROW_MIN or out.id in outputs:
+            continue
+        reads = []
+        for j in readers.get(out.id, ()):
+            r = program.eqns[j]
+            found = _row_index(r) if r.prim is getitem and r.args[0] is out and out not in r.uses[1:] else None
+            if found is None:
+                break
+            reads.append((j, found))
+        else:
+            if not reads:
+                continue
+            used = np.unique(np.concatenate([rows for _, (rows, _) in reads]))
+            if len(used) > NARROW_FRACTION * n:
+                continue
+            made, args = [], []
+            for a in eqn.args:
+                if type(a) is Var and len(a.shape) == len(out.shape) and a.shape[0] == n and n > 1:
+                    args.append(_rows_of(a, used, producers, made, fresh, eqn.source))
+                elif type(a) is np.ndarray and a.ndim == len(out.shape) and a.shape[0] == n and n > 1:
+                    args.append(a[used])
+                else:
+                    args.append(a)
+            narrow = fresh((len(used),) + out.shape[1:], out.dtype)
+            made.append(_eqn(prim, tuple(args), {}, (narrow,), eqn.source))
+            replace[k] = made
+            position = np.full(n, -1, np.intp)
+            position[used] = np.arange(len(used))
+            for j, (rows, keeps) in reads:
+                r = program.eqns[j]
+                index = (_rows_literal(position[rows]),) if keeps else int(position[rows[0]])
+                replace[j] = [_eqn(getitem, (narrow,), {"index": index}, r.outs, r.source)]
+    if not replace:
+        return program
+    eqns = []
+    for k, eqn in enumerate(program.eqns):
+        eqns.extend(replace.get(k, (eqn,)))
+    return dce(Program(program.inputs, eqns, program.outputs))
