@@ -554,3 +554,59 @@ def test_narrow_lanes_computes_the_rows_read_once_each():
     wide = Program([x, g], eqns[:2] + [_vectorize._eqn(getitem, (prod,), {"index": (slice(0, 90),)}, (outs[2],), None)],
                    [outs[2]])
     assert _vectorize.narrow_lanes(wide, _vectorize._Fresh(wide)) is wide
+
+
+def _cosines_then_softmax(extra):
+    """Seed 000's loop (cosines of columns into a Buffer, then a stable softmax per batch), the
+    softmax written out; ``extra(e, s, m)`` adds a term that uses its pieces (then the shift by the
+    max matters, and the max's tie split must stay)."""
+    def f(a, b, wts):
+        W, R, B = a.shape
+        N = b.shape[1]
+        out = wg.Buffer.zeros((N, R, B))
+        for k in range(B):
+            for j in range(R):
+                for i in range(N):
+                    u, v = b[:, i, k], a[:, j, k]
+                    out[i, j, k] = wnp.dot(u, v) / (wnp.sqrt(wnp.sum(u ** 2)) * wnp.sqrt(wnp.sum(v ** 2)))
+        for k in range(B):
+            x = out[:, :, k]
+            m = wnp.max(x, axis=0, keepdims=True)
+            e = wnp.exp(x - m)
+            s = wnp.sum(e, axis=0, keepdims=True)
+            out[:, :, k] = e / s + extra(e, s, m)
+        return wnp.sum(out.freeze() * wts)
+    return f
+
+
+def _tied_columns(n=3, w=4, r=2, b=8):
+    """Inputs of seed 000 whose softmax has its max twice in every batch: b[:, 0] = b[:, 1] = 2 a[:, 0]
+    (cosine 1, the largest there is, twice)."""
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    bb[:, 0] = bb[:, 1] = 2 * a[:, 0]
+    return a, bb, rng.normal(size=(n, r, b))
+
+
+def _names(lowered):
+    return [e.prim.name for e in lowered.program.eqns]
+
+
+def test_a_softmax_backward_is_softmaxs_rule_without_the_max_tie_split():
+    a, bb, wts = _tied_columns()
+    fs = [_cosines_then_softmax(lambda e, s, m: 0.0)] + \
+         [f for name, f in workloads.w1_spellings_code(wnp, wg.Buffer).items() if "in-place" not in name]
+    for f in fs:
+        names = _names(vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4))
+        assert "equal" not in names and "astype" not in names   # the max's tie split is gone
+        assert names.count("exp") == 1
+    fd_check(lambda a: fs[0](a, bb, wts), (a,))
+
+
+@pytest.mark.parametrize("extra", ["e", "s", "m"])
+def test_a_softmax_whose_pieces_are_used_elsewhere_keeps_its_composition(extra):
+    term = {"e": lambda e, s, m: 0.5 * e, "s": lambda e, s, m: 0.5 * s, "m": lambda e, s, m: m * 0.25}[extra]
+    f = _cosines_then_softmax(term)
+    a, bb, wts = _tied_columns()
+    assert "equal" in _names(vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4))
+    bb[:, 1] *= 0.9   # finite differences where the max is unique (a tie is a kink)
+    fd_check(lambda a: f(a, bb, wts), (a,))

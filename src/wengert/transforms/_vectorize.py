@@ -42,7 +42,7 @@ import numpy as np
 from ..core.errors import NeedsLoop
 from ..core.trace import Tracer, close_level, open_level
 from ..primitives._batching import elementwise_rule
-from ..primitives.elementwise import add
+from ..primitives.elementwise import add, multiply, subtract
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
 from ..primitives.shape import broadcast_to, getitem, index_add, reshape, stack, transpose
@@ -941,7 +941,8 @@ def vectorize(program, trace_type, stats=None):
             if type(v) is Var:
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
-        result = scatters_into_zeros_as_views(narrow_lanes(contract_cotangents(contract_lanes(result), fresh), fresh))
+        result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
+        result = scatters_into_zeros_as_views(narrow_lanes(result, fresh))
     if stats is not None:
         stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
                      batched=sum(len(m) for m in groups))
@@ -1541,3 +1542,119 @@ def narrow_lanes(program, fresh):
     for k, eqn in enumerate(program.eqns):
         eqns.extend(replace.get(k, (eqn,)))
     return dce(Program(program.inputs, eqns, program.outputs))
+
+
+# --- 8. a softmax's backward as softmax's rule --------------------------------------------------
+# The written-out stable softmax ``e = exp(x - max(x)); p = e / sum(e)`` differentiates through the
+# rules of divide, sum, exp, subtract and max: 16 equations per batch in W1's program, 8 of them
+# the max's tie split, which carries the shift's cotangent ``-sum(g_z)``, zero: p does not change
+# when x is shifted along the axis. Eager records such a softmax as one (rewrites.py, on values it
+# can check); a staged program holds the composition. Matched on the backward's own equations, it
+# is rewritten to softmax's rule ``p * (G - sum(G * p))``: the composition is exactly that (by
+# algebra, up to rounding) whatever the program does elsewhere, since every piece is checked.
+def _producer(v, defs, name):
+    eqn = defs.get(v.id) if type(v) is Var else None
+    return eqn if eqn is not None and eqn.prim.name == name else None
+
+
+def _operands_of(eqn, name_or_var, defs):
+    """The two operands of a binary ``eqn`` as (match, other), where ``match`` is ``name_or_var``
+    itself (a Var) or made by a primitive of that name; None when neither is."""
+    a, b = eqn.args
+    for x, y in ((a, b), (b, a)):
+        if (type(name_or_var) is Var and x is name_or_var) or \
+                (type(name_or_var) is str and _producer(x, defs, name_or_var) is not None):
+            return x, y
+    return None
+
+
+def _summed_along(v, defs, axis, of=None):
+    """The operand ``x`` when ``sum(x, axis)`` made ``v``, its reduced axes kept or put back by a
+    reshape, perhaps broadcast back (a batched unbroadcast); ``axis`` None: any axis, returned as
+    ``(x, axis)``. ``of``: that operand must be ``of``."""
+    for wrapper in ("broadcast_to", "reshape"):
+        eqn = _producer(v, defs, wrapper)
+        if eqn is not None:
+            v = eqn.args[0]
+    eqn = _producer(v, defs, "sum")
+    if eqn is None or (axis is not None and eqn.params.get("axis") != axis) or (of is not None and eqn.args[0] is not of):
+        return None
+    return eqn.args[0] if axis is not None else (eqn.args[0], eqn.params.get("axis"))
+
+
+def _tie_shares(w, defs):
+    """Is ``w`` max's tie shares ``equal(x, m) / sum(equal(x, m))`` (perhaps cast)? Finite where x is."""
+    cast = _producer(w, defs, "astype")
+    if cast is not None:
+        w = cast.args[0]
+    share = _producer(w, defs, "divide")
+    return share is not None and _producer(share.args[0], defs, "equal") is not None \
+        and _producer(share.args[1], defs, "sum") is not None
+
+
+def _softmax_cotangent(gx, defs):
+    """(G, p, axis) when ``gx = A + (-sum(A)) * shares``, ``A = (G / s + sum(-G * p / s)) * e`` with
+    ``e = exp(z)``, ``s = sum(e, axis, keepdims=True)``, ``p = e / s``: the composition's cotangent of
+    the softmax's input, G being p's."""
+    if gx.prim.name != "add" or len(gx.args) != 2 or gx.params:
+        return None
+    for a, t in (gx.args, gx.args[::-1]):
+        tie = _producer(t, defs, "multiply")
+        if tie is None or type(a) is not Var:
+            continue
+        for shift, shares in (tie.args, tie.args[::-1]):
+            summed = _summed_along(shift, defs, None)
+            neg = _producer(summed[0], defs, "negative") if summed is not None else None
+            if neg is None or neg.args[0] is not a or not _tie_shares(shares, defs):
+                continue
+            axis = summed[1]
+            a_eqn = _producer(a, defs, "multiply")
+            found = _operands_of(a_eqn, "exp", defs) if a_eqn is not None else None
+            if found is None:
+                continue
+            e, ge = found
+            ge_eqn = _producer(ge, defs, "add")
+            if ge_eqn is None or len(ge_eqn.args) != 2:
+                continue
+            for q, r in (ge_eqn.args, ge_eqn.args[::-1]):
+                q_eqn, u = _producer(q, defs, "divide"), _summed_along(r, defs, axis)
+                if q_eqn is None or u is None:
+                    continue
+                g, s = q_eqn.args
+                u_eqn = _producer(u, defs, "divide")
+                if type(g) is not Var or _summed_along(s, defs, axis, of=e) is None or u_eqn is None \
+                        or u_eqn.args[1] is not s or g.shape != e.shape or g.dtype != e.dtype:
+                    continue
+                v_eqn = _producer(u_eqn.args[0], defs, "multiply")
+                found = _operands_of(v_eqn, "negative", defs) if v_eqn is not None else None
+                if found is None or defs[found[0].id].args[0] is not g:
+                    continue
+                p_eqn = _producer(found[1], defs, "divide")
+                if p_eqn is None or p_eqn.args[0] is not e or p_eqn.args[1] is not s:
+                    continue
+                return g, found[1], axis
+    return None
+
+
+def softmax_backward(program, fresh):
+    """Each matched softmax composition's cotangent (see ``_softmax_cotangent``) as softmax's rule."""
+    defs = {}
+    for eqn in program.eqns:
+        for o in eqn.outs:
+            defs[o.id] = eqn
+    out, changed = [], False
+    for eqn in program.eqns:
+        found = _softmax_cotangent(eqn, defs) if eqn.prim is add else None
+        if found is None:
+            out.append(eqn)
+            continue
+        g, p, axis = found
+        axes = range(len(g.shape)) if axis is None else [a % len(g.shape) for a in np.atleast_1d(axis)]
+        gp, centred = fresh(g.shape, g.dtype), fresh(g.shape, g.dtype)
+        total = fresh(tuple(1 if a in axes else n for a, n in enumerate(g.shape)), g.dtype)
+        out += [_eqn(multiply, (g, p), {}, (gp,), eqn.source),
+                _eqn(sum_, (gp,), {"axis": axis, "keepdims": True}, (total,), eqn.source),
+                _eqn(subtract, (g, total), {}, (centred,), eqn.source),
+                _eqn(multiply, (p, centred), {}, eqn.outs, eqn.source)]
+        changed = True
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
