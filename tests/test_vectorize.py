@@ -91,6 +91,28 @@ def test_reductions_per_column():
     fd_check(f, (x,))
 
 
+@pytest.mark.parametrize("form", ["linalg.norm", "abs(u) ** 2", "abs(u).max()"])
+def test_rules_with_elementwise_constants_vectorize(form):
+    """Backward rules that compute a mask or a sign in plain NumPy (norm's zero test, abs's sign)
+    stage it as an elementwise constant: grouped like a ufunc, not left as one call per column."""
+    x = rng.normal(size=(6, N))
+    norm = {"linalg.norm": lambda u: wnp.linalg.norm(u),
+            "abs(u) ** 2": lambda u: wnp.sqrt(wnp.sum(wnp.abs(u) ** 2)),
+            "abs(u).max()": lambda u: wnp.abs(u).max()}[form]
+
+    def f(x):
+        out = wg.Buffer.zeros(N)
+        for i in range(N):
+            out[i] = norm(x[:, i])
+        return wnp.sum(out.freeze() * np.arange(1.0, N + 1))
+
+    lowered = vectorized_like_eager(f, x)
+    text = lowered.as_text()
+    per_column = [line for line in text.splitlines() if "_is_zero(" in line or "_sign(" in line]
+    assert len(per_column) <= 2, per_column
+    fd_check(f, (x,))
+
+
 @pytest.mark.parametrize("spelling", ["@", "np.dot", "np.sum(u*v)", "np.inner", "matmul"])
 def test_dot_products_in_every_spelling(spelling):
     a, b = rng.normal(size=(7, N)), rng.normal(size=(7, N))

@@ -459,8 +459,8 @@ class _Signatures:
             if param:
                 return ("array", x.shape, x.dtype.str, x.tobytes()) if x.size <= 4096 else ("id", id(x))
             return ("array", x.shape, x.dtype.str)
-        if isinstance(x, np.generic):
-            return ("scalar", x.dtype.str, x.item())
+        if isinstance(x, np.generic):   # a folded constant (a cotangent of a linear step): stacked like arrays
+            return ("scalar", x.dtype.str, x.item()) if param else ("scalar", x.dtype.str)
         if isinstance(x, (np.dtype, type)) or callable(x):
             return ("id", id(x))
         raise _Unkeyed
@@ -573,7 +573,8 @@ def _flatten_sum(root, eqns, inner, sigs):
 def _rule(prim):
     if prim.batch is not None:
         return prim.batch
-    return elementwise_rule if isinstance(prim.impl, np.ufunc) else None
+    impl = prim.impl   # a ufunc, or a rule's elementwise constant (abs's sign, norm's zero mask)
+    return elementwise_rule if isinstance(impl, np.ufunc) or getattr(impl, "elementwise", False) else None
 
 
 def _groupable(eqn):
