@@ -286,7 +286,10 @@ def matmul(a, b, /, out=None, **kwargs):
 @traceable(np.tensordot)
 def tensordot(a, b, axes=2):
     a, b = as_traced_operand(a), as_traced_operand(b)
-    axes_a, axes_b = C.tensordot_axes(axes, _ndim(a), _ndim(b))
+    na, nb = _ndim(a), _ndim(b)
+    axes_a, axes_b = C.tensordot_axes(axes, na, nb)
+    if na and 0 < nb <= 2 and list(axes_a) == [na - 1] and list(axes_b) == [0]:
+        return C.dot(a, b)   # np.dot's meaning: dot's rules, which cost less (and loops vectorize as dots)
     return C.tensordot(a, b, axes=(tuple(axes_a), tuple(axes_b)))
 
 
@@ -325,7 +328,21 @@ def einsum(*operands, out=None, optimize=False, dtype=None, order="K", casting="
     arrays = [as_traced_operand(op) for op in operands[1:]]
     # a traced value's own shape: one example's under vmap
     shapes = tuple([a.shape if type(a) is Tracer else np.shape(a) for a in arrays])
-    return C.einsum(*arrays, subscripts=_explicit_subscripts(operands[0], shapes))
+    subscripts = _explicit_subscripts(operands[0], shapes)
+    if len(arrays) == 2 and _is_dot(subscripts) and shapes[0][-1] == shapes[1][0]:   # (einsum broadcasts 1s)
+        return C.dot(*arrays)   # 'i,i->', 'ij,j->i', 'i,ij->j', 'ij,jk->ik': dot's cheaper rules
+    return C.einsum(*arrays, subscripts=subscripts)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_dot(subscripts):
+    """Do two operands' explicit subscripts say ``np.dot(a, b)`` of vectors and matrices: one index
+    shared, a's last and b's first, summed; every other index kept, in order, once?"""
+    inputs, output = subscripts.split("->")
+    a, b = inputs.split(",")
+    if not (1 <= len(a) <= 2 and 1 <= len(b) <= 2) or a[-1] != b[0] or len(set(a + b)) != len(a) + len(b) - 1:
+        return False
+    return output == a[:-1] + b[1:]
 
 
 @functools.lru_cache(maxsize=1024)

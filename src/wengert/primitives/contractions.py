@@ -396,4 +396,4 @@ diagonal_of_product = defprim(
 
 def vdot(a, b):
     """``np.vdot`` for real arrays: the sum of the elementwise product of the flattened arrays."""
-    return dot(reshape(a, shape=(-1,)), reshape(b, shape=(-1,)))
+    return dot(a if a.ndim == 1 else reshape(a, shape=(-1,)), b if b.ndim == 1 else reshape(b, shape=(-1,)))
