@@ -2,6 +2,7 @@
 rules that must stay right for every input the cached program receives, and errors."""
 from __future__ import annotations
 
+import gc
 import re
 
 import numpy as np
@@ -410,6 +411,25 @@ def test_a_staged_write_leaves_earlier_samples_and_the_program_as_they_were():
 
     assert_trees_close(wg.jit(f)(x), f(x))
     assert_trees_close(wg.jit(wg.value_and_grad(f))(x), wg.value_and_grad(f)(x))
+
+
+def test_the_collector_is_off_while_lowering_and_comes_back_after_errors():
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())
+        return wnp.sum(x)
+
+    assert wg.jit(f)(np.ones(2)) == 2.0 and seen == [False] and gc.isenabled()
+    with pytest.raises(wg.ConcretizationError):
+        wg.jit(lambda x: float(wnp.sum(x)))(np.ones(2))
+    assert gc.isenabled()
+    gc.disable()   # a caller that runs without the collector keeps it off
+    try:
+        wg.jit(f)(np.ones(3))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_updates_never_write_into_the_callers_arrays():

@@ -219,6 +219,8 @@ def _set_after_zero(eqns, outputs):
     made = {eqn.outs[0].id: k for k, eqn in enumerate(eqns) if eqn.prim is scatter_set and _is_zero(eqn.args[1])}
     if not made:
         return eqns
+    if not any(eqn.prim is index_add and type(eqn.args[0]) is Var and eqn.args[0].id in made for eqn in eqns):
+        return eqns   # no add into a zeroed block (an in-place loop's backward zeroes, a Buffer's adds)
     count, _ = _uses_of(eqns, outputs, made)
     out, dropped = list(eqns), set()
     for k, eqn in enumerate(eqns):
