@@ -144,7 +144,8 @@ def test_reductions_transposes_and_reshapes_are_written_as_numpy_calls():
     assert_trees_close(got, want, rtol=1e-6, atol=1e-6)
     assert calls(text, "add_reduce") >= 2 and calls(text, "maximum_reduce") == 1 and calls(text, "T") >= 1
     assert calls(text, "ndarray_reshape") >= 1
-    assert calls(text, "_sum") == 1          # the sum of a boolean mask counts: it keeps the primitive
+    # the tie count of max's rule, a sum of a comparison: its integer dtype is said, as np.sum chooses it
+    assert calls(text, "_sum") == 0 and re.search(r"= add_reduce\(\w+, axis=\(1,\), keepdims=True, dtype=", text)
     assert calls(plain, "add_reduce") == 0
 
 
@@ -480,3 +481,97 @@ def test_w2_diagmatmul_makes_no_batched_product_for_the_weight_cotangent():
     for _ in range(2):
         xs = [rng.standard_normal((n_in, B)) for _ in range(T)]
         assert_trees_close(jitted(Wm, bm, xs, Hs, wts), wg.value_and_grad(f, argnums=(0, 1))(Wm, bm, xs, Hs, wts))
+
+
+@pytest.mark.parametrize("keepdims", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_logsumexp_of_an_array_shifted_by_its_maxima_takes_no_shift_of_its_own(keepdims, dtype):
+    """W3's stable log-softmax, ``z - m - log(sum(exp(z - m)))`` with ``m = max(z)``: the eager
+    rewrite records logsumexp of ``z - m``, whose maxima are 0; the program takes exp, sum and log
+    of it, not logsumexp's own shift. Values and gradients equal eager's, also for ties in the
+    maxima, entries of -inf and rows whose maximum is not finite."""
+    def f(z, y):
+        m = wnp.max(z, axis=1, keepdims=True)
+        lse = wnp.log(wnp.sum(wnp.exp(z - m), axis=1, keepdims=keepdims))
+        logp = z - m - (lse if keepdims else lse[:, None])
+        return -wnp.sum(y * logp)
+
+    z = rng.standard_normal((4, 6)).astype(dtype)
+    y = rng.random((4, 6)).astype(dtype)
+    got, want, text, plain = staged(f, z, y)
+    assert_trees_close(got, want)
+    assert calls(plain, "nn_logsumexp") == 1 and calls(text, "nn_logsumexp") == 0
+    jitted = wg.jit(wg.value_and_grad(f))
+    ties = z.copy()
+    ties[:, 2] = ties[:, 4] = ties.max(axis=1) + 1   # two maxima in every row
+    some_inf = z.copy()
+    some_inf[1, :3] = -np.inf
+    for other in (ties, some_inf):
+        assert_trees_close(jitted(other, y), wg.value_and_grad(f)(other, y))
+    for row in ([-np.inf] * 6, [np.inf] + [0.0] * 5, [np.nan] + [0.0] * 5):
+        bad = z.copy()
+        bad[2] = row
+        value, (grad,) = jitted(bad, y)[0], (jitted(bad, y)[1],)
+        want_value, want_grad = wg.value_and_grad(f)(bad, y)
+        assert np.isnan(value) and np.isnan(want_value)
+        np.testing.assert_array_equal(np.isnan(grad), np.isnan(want_grad))
+        keep = [0, 1, 3]
+        np.testing.assert_allclose(grad[keep], want_grad[keep], rtol=1e-5)
+
+
+def test_a_logsumexp_of_another_shift_keeps_its_own():
+    """Near misses: the maxima along another axis, or a shift by something else, keep logsumexp."""
+    z = rng.standard_normal((4, 6))
+
+    def other_axis(z):
+        return wnp.sum(wnp.log(wnp.sum(wnp.exp(z - wnp.max(z, axis=0, keepdims=True)), axis=1)))
+
+    def other_shift(z):
+        return wnp.sum(wnp.log(wnp.sum(wnp.exp(z - wnp.mean(z, axis=1, keepdims=True)), axis=1)))
+
+    for f in (other_axis, other_shift):
+        got, want, text, _ = staged(f, z)
+        assert_trees_close(got, want)
+        assert calls(text, "nn_logsumexp") == 1
+
+
+def test_float_squares_are_numpys_square():
+    """``x ** 2`` is written as ``np.square`` (what NumPy's operator runs; ``np.power(x, 2)`` takes the
+    general pow loop): the same values. Integer squares and other powers stay powers."""
+    x = rng.standard_normal((5, 7))
+
+    def f(x):
+        return wnp.sum(wnp.sqrt(wnp.sum(x ** 2, axis=0)))
+
+    got, want, text, plain = staged(f, x)
+    assert_trees_close(got, want)
+    assert calls(text, "square") == 1 and calls(text, "power") == 0 and calls(plain, "power") == 1
+    np.testing.assert_array_equal(wg.jit(lambda x: x ** 2)(x), x ** 2)
+    ints = np.arange(6).reshape(2, 3)
+    text = wg.jit(lambda x, y: (x ** 2, y ** 3)).lower(ints, x).as_text()
+    assert calls(text, "power") == 2 and calls(text, "square") == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_cotangents_are_shared_among_ties_on_the_reduced_shape(dtype):
+    """max's rule under a trace, ``g * astype(t / sum(t))`` with ``t = (x == max)``, is
+    ``t * (g / count)``: one division per lane, none in float64 per element. Equal to eager with
+    no ties, two and three tied maxima, along either axis."""
+    w = rng.standard_normal((6, 1)).astype(dtype)
+
+    def f(x, axis):
+        m = wnp.max(x, axis=axis, keepdims=True)
+        return wnp.sum(wnp.sin(m) * (w if axis == 1 else w.T[:, :1]))
+
+    x = rng.standard_normal((6, 5)).astype(dtype)
+    ties = x.copy()
+    ties[1, [0, 3]] = ties[2, [1, 2, 4]] = 9.0
+    ties[[0, 4], 3] = 9.5
+    for axis in (0, 1):
+        got, want, text, plain = staged(lambda x: f(x, axis), x)
+        assert_trees_close(got, want)
+        assert calls(plain, "astype") == 1 and calls(text, "astype") == 1   # the count's, on the reduced shape
+        count = re.search(r"(v\d+) = astype\((v\d+), dtype=", text)
+        assert re.search(rf"= divide\(\w+, {count.group(1)}", text)
+        jitted = wg.jit(wg.value_and_grad(lambda x: f(x, axis)))
+        assert_trees_close(jitted(ties), wg.value_and_grad(lambda x: f(x, axis))(ties))

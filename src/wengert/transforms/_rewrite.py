@@ -18,6 +18,7 @@ import numpy as np
 
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
+from ..primitives import nn as NN
 from ..primitives import reductions as R
 from ..primitives import shape as S
 from . import _ir
@@ -559,6 +560,78 @@ def _batched_product_summed(eqn, defs, counts, fresh):
                                 tuple(operands), eqn.source)]
 
 
+# --- tie shares of an extremum's cotangent ----------------------------------------------------------
+def _tie_shares(eqn, defs, counts, fresh):
+    """``g * astype(t / sum(t, axis, keepdims=True))`` with ``t = (x == max(x))`` (the VJP of max and
+    min under a trace: ``g`` shared among the tied maxima) is ``t * (g / count)``: the division on
+    the reduced shape, in ``g``'s dtype, where the shares divided every element in float64 and cast
+    the result back (the count as the float it divides by; one rounding fewer)."""
+    if eqn.prim is not E.multiply or eqn.params or len(eqn.args) != 2 or not all(type(a) is Var for a in eqn.args):
+        return None
+    out = eqn.outs[0]
+    for k in (0, 1):
+        shares, g = eqn.args[k], eqn.args[1 - k]
+        cast = defs.get(shares.id)
+        if cast is None or counts.get(shares.id) != 1:
+            continue
+        ratio = shares
+        if cast.prim is S.astype:
+            ratio = cast.args[0]
+            cast = defs.get(ratio.id) if type(ratio) is Var and counts.get(ratio.id) == 1 else None
+        if cast is None or cast.prim is not E.divide or cast.params or not all(type(a) is Var for a in cast.args):
+            continue
+        t, c = cast.args
+        total = defs.get(c.id)
+        if t.dtype != np.dtype(bool) or total is None or total.prim is not R.sum_ or counts.get(c.id) != 1 \
+                or type(total.args[0]) is not Var or total.args[0].id != t.id or not total.params.get("keepdims") \
+                or out.dtype.kind != "f" or g.dtype != out.dtype or t.shape != out.shape \
+                or np.broadcast_shapes(g.shape, c.shape) != c.shape:
+            continue
+        count, quotient = fresh(c.shape, out.dtype), fresh(c.shape, out.dtype)
+        return [Eqn(S.astype, (c,), {"dtype": out.dtype}, (count,), (c,), eqn.source),
+                Eqn(E.divide, (g, count), {}, (quotient,), (g, count), eqn.source),
+                Eqn(E.multiply, (t, quotient), {}, eqn.outs, (t, quotient), eqn.source)]
+    return None
+
+
+# --- logsumexp of an array shifted by its maxima ---------------------------------------------------
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _logsumexp_of_shifted(eqn, defs, fresh):
+    """``logsumexp(x - max(x, axis, keepdims=True), axis)`` (the stable log-softmax a careful user
+    writes; the eager rewrite records its ``log(sum(exp(.)))`` as logsumexp) is
+    ``log(sum(exp(x - m), axis))``: the operand's maxima are already 0, so logsumexp's own shift (a
+    max, a finiteness test, a subtraction and an addition of zeros) changes no value. Where a
+    maximum of ``x`` is not finite, the row is NaN either way."""
+    if eqn.prim is not NN.logsumexp or type(eqn.args[0]) is not Var or not set(eqn.params) <= {"axis", "keepdims"}:
+        return None
+    y = eqn.args[0]
+    src = defs.get(y.id)
+    if src is None or src.prim is not E.subtract or src.params or y.dtype not in _FLOATS or not y.shape \
+            or not all(type(a) is Var for a in src.args):
+        return None
+    x, m = src.args
+    top = defs.get(m.id)
+    if top is None or top.prim is not R.max_ or type(top.args[0]) is not Var or top.args[0].id != x.id \
+            or not top.params.get("keepdims", False) or x.shape != y.shape or x.dtype != y.dtype:
+        return None
+    axis = _axes(eqn.params.get("axis"), len(y.shape))
+    if _axes(top.params.get("axis"), len(x.shape)) != axis:
+        return None
+    out = eqn.outs[0]
+    axis = tuple(sorted(axis))
+    kept = _kept_shape(y.shape, axis)
+    e, total = fresh(y.shape, y.dtype), fresh(kept, y.dtype)
+    new = [Eqn(E.exp, (y,), {}, (e,), (y,), eqn.source),
+           Eqn(R.sum_, (e,), {"axis": axis, "keepdims": True}, (total,), (e,), eqn.source)]
+    if out.shape == kept:
+        return new + [Eqn(E.log, (total,), {}, eqn.outs, (total,), eqn.source)]
+    lse = fresh(kept, y.dtype)
+    return new + [Eqn(E.log, (total,), {}, (lse,), (total,), eqn.source),
+                  Eqn(S.reshape, (lse,), {"shape": out.shape}, eqn.outs, (lse,), eqn.source)]
+
+
 # --- transposes of transposes ---------------------------------------------------------------------
 def _permutation(eqn, ndim):
     axes = eqn.params.get("axes")
@@ -847,6 +920,7 @@ def simplify(program):
             step = (_diagonal_product(eqn, defs, fresh) or _diagonal_of_product(eqn, defs, counts)
                     or _scatter_is_reshape(eqn) or _implicit_broadcasts(eqn, defs) or _reshape_of(eqn, defs, counts)
                     or _part_of_product(eqn, defs, parted, fresh) or _sum_of_sum(eqn, defs, counts, fresh)
+                    or _logsumexp_of_shifted(eqn, defs, fresh) or _tie_shares(eqn, defs, counts, fresh)
                     or (_product_sum(eqn, defs, counts, fresh) if contract else None)
                     or (_batched_product_summed(eqn, defs, counts, fresh) if contract else None)
                     or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _transpose_of_transpose(eqn, defs, counts))
@@ -904,6 +978,7 @@ _TRANSPOSE = _Call("ndarray_transpose", np.ndarray.transpose)
 _RESHAPE = _Call("ndarray_reshape", np.ndarray.reshape)
 _DOT = _Call("np_dot", np.dot)
 _MATMUL = _Call("np_matmul", np.matmul)
+_SQUARE = _Call("square", np.square)
 
 
 def _spelled(eqn):
@@ -913,6 +988,9 @@ def _spelled(eqn):
         return None   # a NumPy scalar has no ufunc reduction or array method: kept as the primitive
     x = args[0]
     out = eqn.outs[0]
+    if prim is R.sum_ and len(args) == 1 and x.dtype.kind in "biu" and out.dtype.kind in "iu":
+        # a count (the tie shares' sum of a comparison): its dtype said, as np.sum chooses it
+        return Eqn(_SUM, args, dict(eqn.params, dtype=out.dtype), eqn.outs, eqn.uses, eqn.source)
     if prim is R.sum_ or prim is R.max_ or prim is R.min_:
         kinds = "fc" if prim is R.sum_ else "fiu"
         if len(args) != 1 or x.dtype.kind not in kinds or out.dtype != x.dtype:
@@ -925,6 +1003,11 @@ def _spelled(eqn):
         if axes is None or tuple(axes) == tuple(range(n))[::-1]:
             return Eqn(_T, args, {}, eqn.outs, eqn.uses, eqn.source)
         return Eqn(_TRANSPOSE, (x, tuple(axes)), {}, eqn.outs, eqn.uses, eqn.source)
+    if prim is E.power and len(args) == 2 and type(args[1]) in (int, float, np.float64) and args[1] == 2 \
+            and x.dtype.kind in "fc" and out.dtype == x.dtype and set(eqn.params) <= {"out"}:
+        # x ** 2 as NumPy's operator runs it (the square loop; np.power with 2 takes the general
+        # pow loop, ~10x slower on W1's (64, 16, 256) norms): the same products x * x
+        return Eqn(_SQUARE, (x,), eqn.params, eqn.outs, eqn.uses, eqn.source)
     if prim is S.reshape and len(args) == 1:
         return Eqn(_RESHAPE, (x, eqn.params["shape"]), {}, eqn.outs, eqn.uses, eqn.source)
     if (prim is C.dot or prim is C.matmul) and len(args) == 2 and type(args[1]) is Var and args[1].shape != ():
@@ -936,7 +1019,7 @@ def _spelled(eqn):
 
 
 def spell(program):
-    """Each reduction, transpose, reshape and product written as the NumPy call it runs, without the
+    """Each reduction, transpose, reshape, product and square written as the NumPy call it runs, without the
     primitive's wrapper (the program's operands are arrays of known shape and dtype)."""
     eqns = [_spelled(eqn) or eqn for eqn in program.eqns]
     return Program(program.inputs, eqns, program.outputs)
