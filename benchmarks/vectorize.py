@@ -1,12 +1,13 @@
 """wg.jit's vectorizing pass on the seeds' per-column loops, in every spelling users write.
 
 Usage:  PYTHONPATH=src python benchmarks/vectorize.py [--quick] [--only W1 W2] [--sixteen all|loop|none]
-                                                       [--unvectorized]
+                                                       [--unvectorized] [--more-spellings]
 
 One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cosine loop, W2 = seed
 001's colwise attention, each with its results in a Buffer, written in place into a traced array,
 or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
-``np.inner``). Medians of one run, measured round-robin (timing.interleaved_medians):
+``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and four
+more norm spellings). Medians of one run, measured round-robin (timing.interleaved_medians):
 
 * ``jit`` = ``wg.jit(wg.value_and_grad(f))`` with the pass (the default), checked against ``hand``;
 * ``hand`` = the hand-vectorized NumPy value and gradient (workloads.py), the target: within 1.5x;
@@ -41,7 +42,7 @@ def _ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def loop_rows(quick, only, sixteen):
+def loop_rows(quick, only, sixteen, more=False):
     rows = []
     for row in workloads.w1_rows(quick) + workloads.w2_rows(quick):
         if only and row.workload not in only:
@@ -61,6 +62,14 @@ def loop_rows(quick, only, sixteen):
                     rows.append(workloads.Row("W1", r.size, workloads.spelling_name(c, d), workloads.w1_spellings_code,
                                               r.hand, r.args, r.argnums, loop_iterations=r.loop_iterations,
                                               spelling=(c, d)))
+    if more and (not only or "W1" in only):   # seed 000's kernel spelled further ways, Buffer loop, seed size
+        seed = [r for r in rows if r.workload == "W1" and r.size.startswith("seed")][:1]
+        for r in seed:
+            for c, d, n in ([("Buffer", d, workloads.NORM_SPELLINGS[0]) for d in workloads.MORE_DOT_SPELLINGS]
+                            + [("Buffer", "np.dot", n) for n in workloads.NORM_SPELLINGS[1:]]):
+                rows.append(workloads.Row("W1", r.size, workloads.spelling_name(c, d, n), workloads.w1_spellings_code,
+                                          r.hand, r.args, r.argnums, loop_iterations=r.loop_iterations,
+                                          spelling=(c, d, n)))
     return rows
 
 
@@ -123,11 +132,14 @@ def main(argv=None):
                    help="W1 at 16x the seed batch: every spelling, the seed's own loop, or none")
     p.add_argument("--unvectorized", action="store_true",
                    help="also time vectorize=False on the seed-size 'loop' rows (tens of seconds to stage)")
+    p.add_argument("--more-spellings", action="store_true",
+                   help="also seed 000's Buffer loop with the dot product as np.vdot, np.einsum, np.tensordot, "
+                        "u.dot(v), np.matmul, and the norm as np.linalg.norm and three more (seed size)")
     p.add_argument("--repeat", type=int, default=31)
     args = p.parse_args(argv)
     print(f"numpy {np.__version__}; medians of {args.repeat}, measured round-robin")
     results = []
-    for row in loop_rows(args.quick, args.only, args.sixteen):
+    for row in loop_rows(args.quick, args.only, args.sixteen, args.more_spellings):
         unvec = args.unvectorized and row.formulation == "loop" and not row.size.startswith("16x")
         results.append(bench(row, 3 if args.quick else args.repeat, unvec))
         print(f"  done: {row.name}", file=sys.stderr, flush=True)

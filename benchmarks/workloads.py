@@ -98,11 +98,27 @@ def w1_code(np, Buffer=None):
 # A cliff in one spelling is a cliff: users write all of these.
 DOT_SPELLINGS = ("@", "np.dot", "np.sum(u*v)", "np.inner")
 CONTAINERS = ("Buffer", "in-place", "lists+stack")
+# more spellings of seed 000's kernel, for wengert alone (benchmarks/vectorize.py --more-spellings):
+# other ways to write the dot product, and other ways to write the norm (the seed's own is the first)
+MORE_DOT_SPELLINGS = ("np.vdot", "np.einsum", "np.tensordot", "u.dot(v)", "np.matmul")
+NORM_SPELLINGS = ("np.sqrt(np.sum(u**2))", "np.linalg.norm(u)", "np.sqrt(np.dot(u, u))", "np.sqrt(np.sum(u*u))",
+                  "np.sqrt(np.sum(np.abs(u)**2))")
 
 
 def dot_spelling(np, spelling):
     return {"@": lambda u, v: u @ v, "np.dot": lambda u, v: np.dot(u, v),
-            "np.sum(u*v)": lambda u, v: np.sum(u * v), "np.inner": lambda u, v: np.inner(u, v)}[spelling]
+            "np.sum(u*v)": lambda u, v: np.sum(u * v), "np.inner": lambda u, v: np.inner(u, v),
+            "np.vdot": lambda u, v: np.vdot(u, v), "np.einsum": lambda u, v: np.einsum("i,i->", u, v),
+            "np.tensordot": lambda u, v: np.tensordot(u, v, 1), "u.dot(v)": lambda u, v: u.dot(v),
+            "np.matmul": lambda u, v: np.matmul(u, v)}[spelling]
+
+
+def norm_spelling(np, spelling):
+    return {"np.sqrt(np.sum(u**2))": lambda u: np.sqrt(np.sum(u ** 2)),
+            "np.linalg.norm(u)": lambda u: np.linalg.norm(u),
+            "np.sqrt(np.dot(u, u))": lambda u: np.sqrt(np.dot(u, u)),
+            "np.sqrt(np.sum(u*u))": lambda u: np.sqrt(np.sum(u * u)),
+            "np.sqrt(np.sum(np.abs(u)**2))": lambda u: np.sqrt(np.sum(np.abs(u) ** 2))}[spelling]
 
 
 def traced_zeros(np, shape, like):
@@ -111,8 +127,8 @@ def traced_zeros(np, shape, like):
     return np.zeros(shape, like.dtype) + 0 * like.ravel()[0]
 
 
-def spelling_name(container, dot):
-    return f"loop[{container}, {dot}]"
+def spelling_name(container, dot, norm=NORM_SPELLINGS[0]):
+    return f"loop[{container}, {dot}]" if norm == NORM_SPELLINGS[0] else f"loop[{container}, {dot}, {norm}]"
 
 
 def w1_spellings_code(np, Buffer=None):
@@ -121,9 +137,9 @@ def w1_spellings_code(np, Buffer=None):
     ``np.dot``, ``np.sum(u * v)`` or ``np.inner``."""
     softmax = softmax_code(np)
 
-    def make(container, dot):
+    def make(container, dot, norm=norm_spelling(np, NORM_SPELLINGS[0])):
         def cosinesim(u, v):
-            return dot(u, v) / (np.sqrt(np.sum(u ** 2)) * np.sqrt(np.sum(v ** 2)))
+            return dot(u, v) / (norm(u) * norm(v))
 
         def loss(a, b, wts):
             W, R, B = a.shape
@@ -147,7 +163,11 @@ def w1_spellings_code(np, Buffer=None):
             return np.sum(P * wts)
         return loss
 
-    return {spelling_name(c, d): make(c, dot_spelling(np, d)) for c in CONTAINERS for d in DOT_SPELLINGS}
+    spellings = {spelling_name(c, d): make(c, dot_spelling(np, d)) for c in CONTAINERS for d in DOT_SPELLINGS}
+    spellings.update({spelling_name("Buffer", d): make("Buffer", dot_spelling(np, d)) for d in MORE_DOT_SPELLINGS})
+    spellings.update({spelling_name("Buffer", "np.dot", n): make("Buffer", dot_spelling(np, "np.dot"),
+                                                                 norm_spelling(np, n)) for n in NORM_SPELLINGS[1:]})
+    return spellings
 
 
 def w1_vmap_code(np, Buffer=None):

@@ -35,6 +35,21 @@ def test_benchmark_suite_quick(tmp_path):
     assert not bad_jit, bad_jit   # wg.jit(value_and_grad) agrees with the hand-written gradient too
 
 
+def test_vectorize_benchmark_runs_every_spelling_and_agrees_with_the_hand_written_gradient():
+    """benchmarks/vectorize.py checks each jit(value_and_grad) against the hand-written gradient
+    before timing it (an AssertionError otherwise): seed 000's loop in every spelling, the more
+    spellings of its dot product and norm included."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "vectorize.py"), "--quick", "--only", "W1", "--sixteen", "none",
+         "--more-spellings", "--repeat", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = {line.split("  ")[0] for line in proc.stdout.splitlines() if line.startswith("W1 ")}
+    assert len(names) == 1 + 12 + 5 + 4, sorted(names)
+    assert any("np.linalg.norm(u)" in n for n in names) and any("np.einsum" in n for n in names)
+
+
 def test_transforms_under_vmap_benchmark_is_batched_and_right():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "vmap_transforms.py"), "--repeat", "1", "--batch", "3"],
