@@ -594,6 +594,82 @@ def _tie_shares(eqn, defs, counts, fresh):
     return None
 
 
+# --- the cotangent of a log-softmax's shift ---------------------------------------------------------
+def _is(v, defs, prim):
+    """The equation defining ``v`` when it is ``prim`` without parameters, else None."""
+    eqn = defs.get(v.id) if type(v) is Var else None
+    return eqn if eqn is not None and eqn.prim is prim and not eqn.params else None
+
+
+def _shift_cotangent_is_zero(eqn, defs):
+    """Is ``eqn`` ``sum(-(gl * exp(y - log(sum(exp(y), A)))), A) + gl``, ``gl`` constant along ``A``?
+    That is the cotangent a shift ``m`` of ``y = x - m`` receives through ``y - log(sum(exp(y)))``
+    (a log-softmax written out, or the logsumexp rewrite's): ``-gl`` times the softmax's sum along
+    ``A``, which is 1, plus ``gl``. Zero in exact arithmetic, whatever ``gl`` is: the log-softmax does
+    not change when ``y`` shifts along ``A``; every piece is matched on the program's own equations."""
+    if eqn.prim is not E.add or eqn.params or len(eqn.args) != 2:
+        return False
+    for u, gl in (eqn.args, eqn.args[::-1]):
+        total = defs.get(u.id) if type(u) is Var else None
+        if total is None or total.prim is not R.sum_ or not total.params.get("keepdims") or type(gl) is not Var:
+            continue
+        neg = _is(total.args[0], defs, E.negative)
+        prod = _is(neg.args[0], defs, E.multiply) if neg is not None else None
+        if prod is None or len(prod.args) != 2:
+            continue
+        if type(prod.args[0]) is Var and prod.args[0].id == gl.id:
+            e2 = prod.args[1]
+        elif type(prod.args[1]) is Var and prod.args[1].id == gl.id:
+            e2 = prod.args[0]
+        else:
+            continue
+        ex = _is(e2, defs, E.exp)
+        lp = _is(ex.args[0], defs, E.subtract) if ex is not None else None
+        if lp is None or not all(type(a) is Var for a in lp.args):
+            continue
+        y, l = lp.args
+        log = _is(l, defs, E.log)
+        sums = defs.get(log.args[0].id) if log is not None and type(log.args[0]) is Var else None
+        if sums is None or sums.prim is not R.sum_ or not sums.params.get("keepdims"):
+            continue
+        inner = _is(sums.args[0], defs, E.exp)
+        if inner is None or type(inner.args[0]) is not Var or inner.args[0].id != y.id:
+            continue
+        n = len(y.shape)
+        axis = _axes(sums.params.get("axis"), n)
+        if _axes(total.params.get("axis"), len(total.args[0].shape)) != axis or total.args[0].shape != y.shape \
+                or gl.shape != sums.outs[0].shape or eqn.outs[0].shape != gl.shape:
+            continue
+        return True
+    return False
+
+
+def _stays_zero(eqn, zeros):
+    """``eqn`` gives zeros from zeros: a count's share of zero (``z / count``), or a comparison's
+    elements times zero (booleans are finite)."""
+    if eqn.params or not eqn.args or type(eqn.args[0]) is not Var:
+        return False
+    if eqn.prim is E.divide:
+        return eqn.args[0].id in zeros
+    if eqn.prim is E.multiply and len(eqn.args) == 2 and all(type(a) is Var for a in eqn.args):
+        a, b = eqn.args
+        return (a.id in zeros and b.dtype == np.dtype(bool)) or (b.id in zeros and a.dtype == np.dtype(bool))
+    return False
+
+
+def _plus_zero(eqn, zeros, fresh_results, returned):
+    """``a + z`` with ``z`` zero in exact arithmetic is ``a`` (where ``a`` has the sum's shape and dtype)."""
+    if eqn.prim is not E.add or eqn.params or len(eqn.args) != 2 or not zeros:
+        return None
+    out = eqn.outs[0]
+    for a, z in (eqn.args, eqn.args[::-1]):
+        if type(z) is Var and z.id in zeros and type(a) is Var and a.shape == out.shape and a.dtype == out.dtype:
+            if out.id in returned and (a.id not in fresh_results or a.id in returned):
+                return None
+            return a
+    return None
+
+
 # --- logsumexp of an array shifted by its maxima ---------------------------------------------------
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -900,6 +976,7 @@ def simplify(program):
     fresh_results = set()
     rename = {}
     parted = _products_read_in_parts(program)
+    zeros = set()   # variables zero in exact arithmetic (a log-softmax's shift's cotangent, its shares)
     part_reads = {}   # (product id, index) -> the variable already holding that part
     out = []
     for eqn in program.eqns:
@@ -937,8 +1014,11 @@ def simplify(program):
             new.extend(step[:-1])
             eqn = step[-1]
         new.append(eqn)
+        for e in new:
+            if _shift_cotangent_is_zero(e, defs) or _stays_zero(e, zeros):
+                zeros.add(e.outs[0].id)
         x = (_unit_divisor(eqn, fresh_results, returned) or _same_reshape(eqn, fresh_results, returned)
-             or _identity_transpose(eqn, fresh_results, returned))
+             or _identity_transpose(eqn, fresh_results, returned) or _plus_zero(eqn, zeros, fresh_results, returned))
         if x is not None:
             rename[eqn.outs[0].id] = x
             counts[x.id] += counts.get(eqn.outs[0].id, 0) - 1
