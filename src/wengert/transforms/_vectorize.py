@@ -195,7 +195,10 @@ def _descending(columns):
 
 # --- 1. write chains -------------------------------------------------------------------------------
 def _is_zero(x):
-    return type(x) is not Var and np.ndim(x) == 0 and np.asarray(x) == 0
+    t = type(x)
+    if t is int or t is float:   # the backward's zeroing writes: no NumPy call
+        return x == 0
+    return t is not Var and np.ndim(x) == 0 and np.asarray(x) == 0
 
 
 def _uses_of(eqns, outputs, wanted):
@@ -664,6 +667,9 @@ class _Emitter:
             xs = [e.args[q] for e in members]
             if type(xs[0]) is not Var or all(x is xs[0] for x in xs):
                 continue
+            first = self.member.get(xs[0].id)
+            if first is not None and first[0] not in self.decided:
+                continue   # what follows would skip it too: its positions tell no order
             found = self._positions(xs)
             if found is not None:
                 if found[0] not in self.decided:
@@ -684,16 +690,18 @@ class _Emitter:
         """(class, positions) when every ``xs`` is the result of one batched class, else None."""
         if type(xs[0]) is not Var:
             return None
-        first = self.member.get(xs[0].id)
+        member = self.member
+        first = member.get(xs[0].id)
         if first is None:
             return None
+        gid = first[0]
         positions = []
         for x in xs:
-            info = self.member.get(x.id) if type(x) is Var else None
-            if info is None or info[0] != first[0]:
+            info = member.get(x.id) if type(x) is Var else None
+            if info is None or info[0] != gid:
                 return None
             positions.append(info[1])
-        return first[0], np.array(positions, np.intp)
+        return gid, np.array(positions, np.intp)
 
     def _take(self, batched, positions, made, source):
         n = len(positions)
