@@ -542,8 +542,12 @@ def test_seed_001_backward_contracts_every_spelling_and_computes_only_the_rows_r
     close(step(Wm, bm, xs, Hs, wts), workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts), rtol=1e-9)
     close(step(Wm, bm, xs, Hs, wts), wg.value_and_grad(f, argnums=(0, 1))(Wm, bm, xs, Hs, wts), rtol=1e-9)
     lowered = step.lower(Wm, bm, xs, Hs, wts)
-    # the sum over t of g[t, b] * ys[t][:, b] (np.sum(u*v)'s backward broadcasts g first) is a matmul
-    assert _count(lowered, "grid_rowsum") == 1
+    # the sum over t of g[t, b] * ys[t][:, b] (np.sum(u*v)'s backward broadcasts g first) is a matmul,
+    # and so is bm's cotangent, the lanes' g[t, b] * y1[b] summed over b (then over t): no sum reads
+    # the (T - 1, n_out, B) products
+    assert _count(lowered, "grid_rowsum") == 2
+    assert not any(e.prim.name in ("sum", "add_reduce") and sorted(np.shape(e.args[0])) == sorted((T - 1, n_out, B))
+                   for e in lowered.program.eqns)
     # the lanes' products g * y1[b] for the other operand: one row per lane (t, b), not one per operand
     rows = [e.outs[0].shape[0] for e in lowered.program.eqns if e.prim.name == "multiply" and len(e.outs[0].shape) == 2]
     assert rows and max(rows) <= T * B
@@ -637,3 +641,45 @@ def test_a_softmax_whose_pieces_are_used_elsewhere_keeps_its_composition(extra):
     assert "equal" in _names(vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4))
     bb[:, 1] *= 0.9   # finite differences where the max is unique (a tie is a kink)
     fd_check(lambda a: f(a, bb, wts), (a,))
+
+
+def test_equal_reads_are_computed_once():
+    # the forward reads each lane's norms nb[i], na[j] from their classes; the backward reads them
+    # again at the same lanes: one read each
+    a, bb, wts = _tied_columns()
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, @]"]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    seen = []
+    for e in lowered.program.eqns:
+        index = e.params.get("index") if e.prim.name == "getitem" else None
+        if type(index) is tuple and any(type(i) is np.ndarray for i in index):
+            seen.append((e.args[0].id, tuple(i.tobytes() if type(i) is np.ndarray else repr(i) for i in index)))
+    assert seen and len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize("rows, summed", [("kji", 0), ("ki", 1), ("k", 1), ("j", 2)])
+def test_rowsum_plan_sums_the_axes_the_rows_do_not_read(rows, summed):
+    r = np.random.default_rng(6)
+    k, j, i = np.meshgrid(np.arange(3), np.arange(4), np.arange(5), indexing="ij")   # lanes (k, j, i)
+    gidx = (20 * k + 5 * j + i).ravel()
+    ridx = {"kji": 20 * k + 5 * j + i, "ki": 5 * k + i, "k": k, "j": j}[rows].ravel()   # one row per group
+    g, s = r.normal(size=60), r.normal(size=(int(ridx.max()) + 1, 7))
+    plan = _vectorize._rowsum_plan(gidx, ridx, [ridx])
+    assert plan is not None and plan.presum == summed
+    expected = np.zeros(s.shape)
+    np.add.at(expected, ridx, g[gidx][:, None] * s[ridx])
+    np.testing.assert_allclose(_vectorize._grid_rowsum(g, s, plan), expected, rtol=1e-12)
+
+
+def test_same_value_sees_equal_equations_over_equal_constants():
+    from wengert.primitives.shape import index_add, reshape
+    from wengert.transforms._ir import Var
+    f64 = np.dtype(np.float64)
+    x, r = Var(0, (6,), f64), Var(1, (1, 6), f64)
+    a, b, c = Var(2, (3, 6), f64), Var(3, (3, 6), f64), Var(4, (3, 6), f64)
+    eqns = [_vectorize._eqn(reshape, (x,), {"shape": (1, 6)}, (r,), None)]
+    for out, base in ((a, np.zeros((3, 6))), (b, np.zeros((3, 6))), (c, np.ones((3, 6)))):
+        eqns.append(_vectorize._eqn(index_add, (base, r), {"index": (slice(0, 1),)}, (out,), None))
+    defs = {e.outs[0].id: e for e in eqns}
+    assert _vectorize._same_value(a, b, defs) and not _vectorize._same_value(a, c, defs)
+    assert not _vectorize._same_value(a, x, defs)

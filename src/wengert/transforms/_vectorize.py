@@ -46,7 +46,7 @@ from ..primitives.elementwise import add, multiply, subtract
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
 from ..primitives.shape import broadcast_to, getitem, index_add, reshape, stack, transpose
-from ._ir import Eqn, Program, Var, _InPlace, dce, fold_indexed_adds, substitute
+from ._ir import Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, substitute
 
 MIN_GROUP = 8  # smaller classes stay as they are: a batched call and its gathers cost about what a few small calls do
 
@@ -953,7 +953,7 @@ def vectorize(program, trace_type, stats=None):
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
         result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
-        result = scatters_into_zeros_as_views(narrow_lanes(result, fresh))
+        result = _shared_indices(scatters_into_zeros_as_views(narrow_lanes(result, fresh)))
     if stats is not None:
         stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
                      batched=sum(len(m) for m in groups))
@@ -1234,7 +1234,9 @@ def _grid_rowsum(g, s, plan):
     ``gi``, ``si`` and the groups affine in a grid of the lanes: a matmul of strided views, the grid
     axes s does not depend on summed out of g first. Rows of the result in the groups' order."""
     gv = _strided_rows(g, plan.gstart, plan.gshape, plan.gsteps)
-    gm = gv.reshape(plan.nb, plan.nf, plan.nc, -1).sum(axis=3) if plan.presum else gv.reshape(plan.nb, plan.nf, plan.nc)
+    for a in range(plan.presum):   # the axes s does not read, last, each summed by a few whole-array adds
+        gv = _sum_axis(gv, gv.ndim - 1)
+    gm = gv.reshape(plan.nb, plan.nf, plan.nc)
     sv = _strided_rows(s, plan.sstart, plan.sshape, plan.ssteps)
     sm = sv.reshape(plan.nb, plan.nc, -1)
     out = gm * sm if plan.nc == 1 else np.matmul(_blas(gm), _blas(sm))   # nc == 1: an outer product per batch
@@ -1265,7 +1267,7 @@ def _rowsum_plan(gidx, ridx, groups):
     return _Plan(gstart=starts[0], gshape=tuple(grid[a] for a in order), gsteps=tuple(gsteps[a] for a in order),
                  sstart=starts[1], sshape=tuple(grid[a] for a in batch + contracted),
                  ssteps=tuple(ssteps[a] for a in batch + contracted), nb=size(batch), nf=size(free),
-                 nc=size(contracted), presum=bool(presum), split=tuple(grid[a] for a in split),
+                 nc=size(contracted), presum=len(presum), split=tuple(grid[a] for a in split),
                  perm=tuple(split.index(a) for a in sorted(split)) + (len(split),), rows=size(kept), kept=tuple(kept),
                  grid=tuple(grid), steps=steps)
 
@@ -1382,6 +1384,98 @@ def _grouped_rows(eqn, producers):
     return None
 
 
+def _view_of_lanes(v, producers):
+    """(base, ops) when ``v`` is ``base`` (n, w) seen through reads at constant indices, reshapes and
+    transposes (``ops``: (name, parameter), first to last), else None. A scatter into zeros that writes every
+    element once is the read it becomes (``scatters_into_zeros_as_views``)."""
+    ops = []
+    while type(v) is Var:
+        eqn = producers.get(v.id)
+        if eqn is None:
+            break
+        name, x = eqn.prim.name, eqn.args[-1] if eqn.prim is index_add else eqn.args[0]
+        if type(x) is not Var:
+            break
+        if eqn.prim is getitem or eqn.prim is index_add:
+            index = eqn.params["index"]
+            if _vars_in(index, []) or not all(type(i) in (slice, int, np.ndarray) or i is None
+                                              for i in (index if type(index) is tuple else (index,))):
+                break
+            if eqn.prim is index_add and not (len(eqn.args) == 2 and _is_zeros_view(eqn.args[0])
+                                              and x.shape == v.shape and _whole(index, v.shape)):
+                break
+            ops.append(("getitem", index))
+        elif name == "reshape":
+            ops.append(("reshape", eqn.params["shape"]))
+        elif name == "transpose":
+            ops.append(("transpose", eqn.params.get("axes")))
+        else:
+            break
+        v = x
+    return (v, ops[::-1]) if ops and len(v.shape) == 2 else None
+
+
+def _summed_view_rows(eqn, producers):
+    """``sum(view(V), axis)`` (see ``_view_of_lanes``) that sums rows of V per group, each column of
+    V on its own along one axis the sum keeps (the bias's cotangent of W2's per-step products:
+    ``sum(transpose(reshape(V[128:])), axis=2)``): (V, lanes, group, groups, column axis), else None."""
+    x = eqn.args[0]
+    found = _view_of_lanes(x, producers) if type(x) is Var else None
+    if found is None:
+        return None
+    base, ops = found
+    n, w = base.shape
+    cells = np.arange(n * w).reshape(n, w)
+    for name, param in ops:
+        cells = cells[param] if name == "getitem" else cells.reshape(param) if name == "reshape" else cells.transpose(param)
+    ndim = cells.ndim
+    axis = eqn.params.get("axis")
+    summed = tuple(range(ndim)) if axis is None else tuple(sorted(a % ndim for a in np.atleast_1d(axis)))
+    if cells.shape != x.shape or not summed:
+        return None
+    columns = cells % w
+    for c in range(ndim):
+        if c in summed or cells.shape[c] != w:
+            continue
+        if np.array_equal(columns, np.broadcast_to(np.arange(w).reshape([w if a == c else 1 for a in range(ndim)]), cells.shape)):
+            break
+    else:
+        return None
+    lanes = np.take(cells // w, 0, axis=c)           # the lane of each cell, the column axis dropped
+    rest = [a - (a > c) for a in range(ndim) if a != c]
+    kept = [a for a, r in zip(range(ndim), rest) if a not in summed and a != c]
+    kept_r, summed_r = [rest[range(ndim).index(a)] for a in kept], [a - (a > c) for a in summed]
+    order = lanes.transpose(kept_r + summed_r)
+    groups = int(np.prod([lanes.shape[a] for a in kept_r], dtype=np.int64))
+    per = order.size // groups if groups else 0
+    if not groups or not per:
+        return None
+    return base, order.reshape(-1), np.repeat(np.arange(groups), per), [lanes.shape[a] for a in kept_r], \
+        sum(1 for a in range(c) if a not in summed)
+
+
+def _summed_view_eqns(eqn, found, producers, fresh):
+    """``eqn`` (see ``_summed_view_rows``) as ``_grid_rowsum`` of V's lane products, put in its shape."""
+    base, lanes, group, kept, at = found
+    terms = _lane_terms(base, producers, base.shape[0])
+    if terms is None:
+        return None
+    out = eqn.outs[0]
+    rows = fresh((len(kept) and int(np.prod(kept)) or 1, base.shape[1]), out.dtype)
+    made = _rowsum_eqns(Eqn(eqn.prim, eqn.args, eqn.params, (rows,), eqn.uses, eqn.source), terms, lanes, [group],
+                        rows.shape, fresh)
+    if made is None:
+        return None
+    grid = fresh(tuple(kept) + base.shape[1:], out.dtype)
+    made.append(_eqn(reshape, (rows,), {"shape": grid.shape}, (grid,), eqn.source))
+    axes = list(range(len(kept)))
+    axes.insert(at, len(kept))
+    moved = fresh(tuple(grid.shape[a] for a in axes), out.dtype)
+    made.append(_eqn(transpose, (grid,), {"axes": tuple(axes)}, (moved,), eqn.source))
+    made.append(_eqn(reshape, (moved,), {"shape": out.shape}, eqn.outs, eqn.source))
+    return made
+
+
 def contract_cotangents(program, fresh):
     """Sums of lane products per group (see ``_grid_rowsum``) as matmuls over the grid."""
     producers = {}
@@ -1390,6 +1484,13 @@ def contract_cotangents(program, fresh):
             producers[o.id] = eqn
     out, changed = [], False
     for eqn in program.eqns:
+        if eqn.prim is sum_ and eqn.outs[0].dtype.kind in "fc":
+            found = _summed_view_rows(eqn, producers)
+            new = _summed_view_eqns(eqn, found, producers, fresh) if found is not None else None
+            if new is not None:
+                out.extend(new)
+                changed = True
+                continue
         found = _grouped_rows(eqn, producers)
         if found is not None:
             v, lanes, groups, shape = found
@@ -1593,6 +1694,32 @@ def _summed_along(v, defs, axis, of=None):
     return eqn.args[0] if axis is not None else (eqn.args[0], eqn.params.get("axis"))
 
 
+def _same_operand(x, y):
+    """Are operands ``x`` and ``y`` the same: one Var, or equal constants (two arrays of zeros the
+    backward made for two rules are two objects)."""
+    if x is y:
+        return True
+    t = type(x)
+    if t is not type(y) or t is Var:
+        return False
+    if t is np.ndarray:
+        return x.shape == y.shape and x.dtype == y.dtype and x.size <= 1 << 20 and np.array_equal(x, y)
+    if t is tuple or t is list:
+        return len(x) == len(y) and all(_same_operand(a, b) for a, b in zip(x, y))
+    return t in (int, float, bool, str, slice, type(None)) and x == y
+
+
+def _same_value(a, b, defs):
+    """Do Vars ``a`` and ``b`` hold the same value: one Var, or made by equal equations of one
+    primitive from the same operands (CSE keeps such pairs when a constant operand is two objects)."""
+    if a is b:
+        return True
+    ea, eb = defs.get(a.id), defs.get(b.id)
+    return ea is not None and eb is not None and ea.prim is eb.prim and len(ea.outs) == len(eb.outs) == 1 \
+        and ea.params.keys() == eb.params.keys() and _same_operand(ea.args, eb.args) \
+        and all(_same_operand(ea.params[k], eb.params[k]) for k in ea.params)
+
+
 def _tie_shares(w, defs):
     """Is ``w`` max's tie shares ``equal(x, m) / sum(equal(x, m))`` (perhaps cast)? Finite where x is."""
     cast = _producer(w, defs, "astype")
@@ -1638,7 +1765,7 @@ def _softmax_cotangent(gx, defs):
                     continue
                 v_eqn = _producer(u_eqn.args[0], defs, "multiply")
                 found = _operands_of(v_eqn, "negative", defs) if v_eqn is not None else None
-                if found is None or defs[found[0].id].args[0] is not g:
+                if found is None or not _same_value(defs[found[0].id].args[0], g, defs):
                     continue
                 p_eqn = _producer(found[1], defs, "divide")
                 if p_eqn is None or p_eqn.args[0] is not e or p_eqn.args[1] is not s:
@@ -1669,3 +1796,22 @@ def softmax_backward(program, fresh):
                 _eqn(multiply, (p, centred), {}, eqn.outs, eqn.source)]
         changed = True
     return dce(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+# --- 9. equal reads computed once -----------------------------------------------------------------
+# The backward's classes read the forward classes' results at the same lanes (a lane's norms, W1's
+# ``nb[i]`` and ``na[j]``, gathered in the forward and twice in the backward), each with its own
+# index array: equal arrays made the same object, the reads are equal equations, computed once.
+def _shared_indices(program):
+    """``program`` with the index arrays of its reads that hold equal values made one object."""
+    canonical, out, changed = {}, [], False
+    for eqn in program.eqns:
+        index = eqn.params.get("index") if eqn.prim is getitem else None
+        if type(index) is tuple and any(type(i) is np.ndarray for i in index):
+            shared = tuple(canonical.setdefault((i.shape, i.dtype.str, i.tobytes()), i) if type(i) is np.ndarray else i
+                           for i in index)
+            if any(a is not b for a, b in zip(shared, index)):
+                eqn = Eqn(eqn.prim, eqn.args, {**eqn.params, "index": shared}, eqn.outs, eqn.uses, eqn.source)
+                changed = True
+        out.append(eqn)
+    return cse(Program(program.inputs, out, program.outputs)) if changed else program
