@@ -549,8 +549,13 @@ def test_seed_001_backward_contracts_every_spelling_and_computes_only_the_rows_r
     assert not any(e.prim.name in ("sum", "add_reduce") and sorted(np.shape(e.args[0])) == sorted((T - 1, n_out, B))
                    for e in lowered.program.eqns)
     # the lanes' products g * y1[b] for the other operand: one row per lane (t, b), not one per operand
-    rows = [e.outs[0].shape[0] for e in lowered.program.eqns if e.prim.name == "multiply" and len(e.outs[0].shape) == 2]
+    # (its y1[b] rows, read once per step, are a strided view with a zero step, not a gather)
+    rows = [np.prod(e.outs[0].shape[:-1]) for e in lowered.program.eqns if e.prim.name == "multiply"
+            and len(e.outs[0].shape) >= 2 and e.outs[0].shape[-1] == n_out]
     assert rows and max(rows) <= T * B
+    assert _count(lowered, "grid_rows") == 2
+    assert not any(e.prim.name == "getitem" and e.outs[0].shape == (T * B, n_out) and e.args[0].shape == (T * B, n_out)
+                   for e in lowered.program.eqns)
 
 
 def _run(program):

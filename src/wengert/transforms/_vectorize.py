@@ -953,7 +953,7 @@ def vectorize(program, trace_type, stats=None):
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
         result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
-        result = _shared_indices(scatters_into_zeros_as_views(narrow_lanes(result, fresh)))
+        result = _shared_indices(scatters_into_zeros_as_views(repeated_rows_as_views(narrow_lanes(result, fresh), fresh)))
     if stats is not None:
         stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
                      batched=sum(len(m) for m in groups))
@@ -1815,3 +1815,68 @@ def _shared_indices(program):
                 changed = True
         out.append(eqn)
     return cse(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+# --- 10. an elementwise operation on rows read repeatedly: on strided views --------------------------
+# The backward's lane product ``g[l] * y1[b(l)]`` of W2 reads each of y1's 128 rows for every one of
+# the 256 steps: a gather of 32768 rows, then the product. Over a grid of lanes both operands are
+# strided views, the repeated rows a zero stride, and the product is computed in the grid's shape.
+def _grid_rows(x, plan):
+    return _strided_rows(x, plan.start, plan.shape, plan.steps)
+
+
+GRID_ROWS = _InPlace("grid_rows", _grid_rows)
+
+
+def repeated_rows_as_views(program, fresh):
+    """Binary elementwise equations whose lane operands are reads of rows affine in one grid, one of
+    them reading a row more than once: on strided views of the arrays read, then reshaped."""
+    producers = {}
+    for eqn in program.eqns:
+        for o in eqn.outs:
+            producers[o.id] = eqn
+    out, changed = [], False
+    for eqn in program.eqns:
+        made = _on_row_views(eqn, producers, fresh)
+        if made is None:
+            out.append(eqn)
+            continue
+        out.extend(made)
+        changed = True
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+def _on_row_views(eqn, producers, fresh):
+    prim = eqn.prim
+    if not isinstance(getattr(prim, "impl", None), np.ufunc) or prim.multiple_results or eqn.params \
+            or len(eqn.args) != 2 or len(eqn.outs) != 1:
+        return None
+    res = eqn.outs[0]
+    if len(res.shape) != 2 or res.shape[0] < NARROW_MIN:
+        return None
+    n = res.shape[0]
+    reads = []
+    for a in eqn.args:
+        if type(a) is not Var or len(a.shape) != 2 or a.shape[0] != n:
+            return None
+        reads.append(_lane_rows(a, producers, n))
+    if not any(len(np.unique(rows)) < n for _, rows in reads):   # no row read twice: nothing to save
+        return None
+    got = _joint_grid([rows for _, rows in reads])
+    if got is None:
+        return None
+    grid, starts, steps = got
+    views = []
+    made = []
+    for (source, _), start, step in zip(reads, starts, steps):
+        view = fresh(tuple(grid) + source.shape[1:], source.dtype)
+        made.append(_eqn(GRID_ROWS, (source,), {"plan": _Plan(start=start, shape=tuple(grid), steps=tuple(step))},
+                         (view,), eqn.source))
+        views.append(view)
+    shape = tuple(grid) + (max(views[0].shape[-1], views[1].shape[-1]),)
+    if shape[-1] != res.shape[1]:
+        return None
+    product = fresh(shape, res.dtype)
+    made.append(_eqn(prim, tuple(views), {}, (product,), eqn.source))
+    made.append(_eqn(reshape, (product,), {"shape": res.shape}, eqn.outs, eqn.source))
+    return made
