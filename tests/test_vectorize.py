@@ -688,3 +688,36 @@ def test_same_value_sees_equal_equations_over_equal_constants():
     defs = {e.outs[0].id: e for e in eqns}
     assert _vectorize._same_value(a, b, defs) and not _vectorize._same_value(a, c, defs)
     assert not _vectorize._same_value(a, x, defs)
+
+
+def test_steps_that_read_only_constants_are_computed_when_the_program_is_built():
+    # seed 000 written in place into np.zeros(...) + 0 * a.ravel()[0]: the zeros are overwritten
+    # everywhere, so their cotangent is zeros made from constants (a broadcast zero, its sum, a
+    # product by 0, a scatter into zeros): no equation of the program computes it
+    a, bb, wts = _tied_columns()
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[in-place, @]"]
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(a, bb, wts), wg.value_and_grad(f, argnums=(0, 1))(a, bb, wts))
+    lowered = step.lower(a, bb, wts)
+    assert not any(e.prim.name in ("broadcast_to", "index_add") or not e.uses for e in lowered.program.eqns)
+    fd_check(lambda a: f(a, bb, wts), (a,))
+
+
+def test_fold_constants_keeps_large_results_and_every_variable_step():
+    from wengert.primitives import elementwise as E
+    from wengert.primitives.reductions import sum_
+    from wengert.primitives.shape import broadcast_to
+    from wengert.transforms._ir import Program, Var
+    f64 = np.dtype(np.float64)
+    x = Var(0, (3,), f64)
+    z, s, y, big = Var(1, (3,), f64), Var(2, (), f64), Var(3, (3,), f64), Var(4, (300, 300), f64)
+    eqns = [_vectorize._eqn(broadcast_to, (np.asarray(2.0),), {"shape": (3,)}, (z,), None),
+            _vectorize._eqn(sum_, (z,), {"axis": None, "keepdims": False}, (s,), None),
+            _vectorize._eqn(E.multiply, (x, s), {}, (y,), None),
+            _vectorize._eqn(E.add, (np.ones((300, 300)), np.ones((300, 300))), {}, (big,), None)]
+    folded = _vectorize.fold_constants(Program([x], eqns, [y, big]))
+    assert [e.prim for e in folded.eqns] == [E.multiply, E.add]    # the sum of the broadcast is 6.0
+    xv = rng.normal(size=3)
+    got = _run(folded)(xv)
+    np.testing.assert_array_equal(got[0], 6.0 * xv)
+    np.testing.assert_array_equal(got[1], 2.0)

@@ -954,6 +954,7 @@ def vectorize(program, trace_type, stats=None):
         result = dce(Program(program.inputs, emit.out, program.outputs))
         result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
         result = _shared_indices(scatters_into_zeros_as_views(repeated_rows_as_views(narrow_lanes(result, fresh), fresh)))
+        result = fold_constants(result)
     if stats is not None:
         stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
                      batched=sum(len(m) for m in groups))
@@ -1880,3 +1881,37 @@ def _on_row_views(eqn, producers, fresh):
     made.append(_eqn(prim, tuple(views), {}, (product,), eqn.source))
     made.append(_eqn(reshape, (product,), {"shape": res.shape}, eqn.outs, eqn.source))
     return made
+
+
+# --- 11. equations of constants computed once, when the program is built --------------------------
+# A traced zeros array overwritten everywhere (``np.zeros(...) + 0 * x.ravel()[0]``, then written
+# in place) has a cotangent that is zeros by construction: its backward steps (a broadcast of the
+# constant zero, its sum, a product by 0, a scatter into zeros) read constants only. They are
+# evaluated here, once; their results are constants of the program.
+FOLD_MAX = 1 << 16   # elements: a larger constant result stays an equation (memory held by the program)
+
+
+def fold_constants(program):
+    """Equations without a variable operand, evaluated (small results only)."""
+    known, out, changed = {}, [], False
+    for eqn in program.eqns:
+        if known and any(v.id in known for v in eqn.uses):
+            eqn = Eqn(eqn.prim, substitute(eqn.args, known), {k: substitute(v, known) for k, v in eqn.params.items()},
+                      eqn.outs, tuple(v for v in eqn.uses if v.id not in known), eqn.source)
+            changed = True
+        if eqn.uses or eqn.prim.multiple_results or len(eqn.outs) != 1:
+            out.append(eqn)
+            continue
+        with np.errstate(all="ignore"):
+            value = eqn.prim.impl(*eqn.args, **eqn.params)
+        value = np.asarray(value) if not isinstance(value, np.ndarray) else value
+        o = eqn.outs[0]
+        if value.shape != o.shape or value.dtype != o.dtype or (value.size > FOLD_MAX and any(value.strides)):
+            out.append(eqn)
+            continue
+        known[o.id] = value
+        changed = True
+    if not changed:
+        return program
+    outputs = [known.get(v.id, v) if type(v) is Var else v for v in program.outputs]
+    return dce(Program(program.inputs, out, outputs))
