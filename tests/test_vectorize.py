@@ -721,3 +721,18 @@ def test_fold_constants_keeps_large_results_and_every_variable_step():
     got = _run(folded)(xv)
     np.testing.assert_array_equal(got[0], 6.0 * xv)
     np.testing.assert_array_equal(got[1], 2.0)
+
+
+def test_a_read_of_a_gather_is_one_gather():
+    # the lists spelling's backward read the softmax's cotangent at the lanes through two gathers,
+    # and those through two more
+    a, bb, wts = _tied_columns()
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[lists+stack, @]"]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    made = {o.id: e for e in lowered.program.eqns for o in e.outs}
+    for e in lowered.program.eqns:
+        if e.prim.name == "getitem" and e.args[0].id in made:
+            inner = made[e.args[0].id]
+            index = inner.params.get("index") if inner.prim.name == "getitem" else ()
+            assert not any(type(i) is np.ndarray for i in (index if type(index) is tuple else (index,)))
+    fd_check(lambda b: f(a, b, wts), (bb,))

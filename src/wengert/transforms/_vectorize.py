@@ -954,7 +954,7 @@ def vectorize(program, trace_type, stats=None):
         result = dce(Program(program.inputs, emit.out, program.outputs))
         result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
         result = _shared_indices(scatters_into_zeros_as_views(repeated_rows_as_views(narrow_lanes(result, fresh), fresh)))
-        result = fold_constants(result)
+        result = fold_constants(compose_reads(result))
     if stats is not None:
         stats.update(before=len(program.eqns), after=len(result.eqns), classes=len(groups),
                      batched=sum(len(m) for m in groups))
@@ -1915,3 +1915,38 @@ def fold_constants(program):
         return program
     outputs = [known.get(v.id, v) if type(v) is Var else v for v in program.outputs]
     return dce(Program(program.inputs, out, outputs))
+
+
+# --- 12. a read of a read: one read ---------------------------------------------------------------
+# The lists spelling's backward reads the softmax's cotangent at the lanes through two gathers (the
+# stacks' positions, then the lanes' order), and those through two more: each element is one element
+# of the first array, so one gather reads it there.
+COMPOSE_MAX = 1 << 16   # elements of a composed read: its index arrays are built when the program is
+
+
+def _constant_index(eqn):
+    index = eqn.params.get("index") if eqn.prim is getitem else None
+    if index is None or _vars_in(index, []):
+        return None
+    return index
+
+
+def compose_reads(program):
+    """``x[i][j]`` at constant indices, the first a gather, as one gather ``x[k]``."""
+    producers, out, changed = {}, [], False
+    for eqn in program.eqns:
+        index = _constant_index(eqn)
+        inner = producers.get(eqn.args[0].id) if index is not None and type(eqn.args[0]) is Var else None
+        first = _constant_index(inner) if inner is not None else None
+        if first is not None and type(inner.args[0]) is Var and int(np.prod(eqn.outs[0].shape, dtype=np.int64)) <= COMPOSE_MAX \
+                and any(type(i) is np.ndarray for i in (first if type(first) is tuple else (first,))):
+            base = inner.args[0]
+            cells = np.arange(int(np.prod(base.shape, dtype=np.int64))).reshape(base.shape)[first][index]
+            if cells.shape == eqn.outs[0].shape and base.shape:
+                composed = tuple(np.asarray(c, np.intp) for c in np.unravel_index(cells, base.shape))
+                eqn = _eqn(getitem, (base,), {"index": composed}, eqn.outs, eqn.source)
+                changed = True
+        out.append(eqn)
+        for o in eqn.outs:
+            producers[o.id] = eqn
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
