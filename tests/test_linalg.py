@@ -240,6 +240,61 @@ def test_wnp_linalg_is_wengerts():
     assert la.LinAlgError is np.linalg.LinAlgError
 
 
+def _counting(monkeypatch, name):
+    calls = []
+    original = getattr(np.linalg, name)
+
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(np.linalg, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigvalsh_gradient_factors_once(monkeypatch, uplo):
+    """The eigenvectors eigvalsh's rules need come from the forward pass's one factorization (as
+    PyTorch keeps them), not from a second eigh in the backward pass; the values and gradient stay
+    NumPy's and the finite differences'."""
+    a = lower_read(4, 4)
+    weights = randn(4)
+    loss = lambda a: wnp.sum(la.eigvalsh(a, UPLO=uplo) * weights)
+    expected = np.sum(np.linalg.eigvalsh(a, UPLO=uplo) * weights)
+    eigh_calls, eigvalsh_calls = _counting(monkeypatch, "eigh"), _counting(monkeypatch, "eigvalsh")
+    value, g = wg.value_and_grad(loss)(a)
+    assert (len(eigh_calls), len(eigvalsh_calls)) == (1, 0)
+    assert np.allclose(value, expected, rtol=1e-12)
+    v = np.linalg.eigh(a, UPLO=uplo)[1]
+    full = (v * weights) @ v.T      # d/dA of sum(w * eigenvalues) for a symmetric A
+    folded = np.tril(full + full.T - np.diag(np.diag(full))) if uplo == "L" else \
+        np.triu(full + full.T - np.diag(np.diag(full)))
+    assert np.allclose(g, folded)
+    eigh_calls.clear()
+    assert np.allclose(la.eigvalsh(a, UPLO=uplo), np.linalg.eigvalsh(a, UPLO=uplo))   # plain: eigvalsh alone
+    assert (len(eigh_calls), len(eigvalsh_calls)) == (0, 1)
+    wg.check_grads(loss, (a,), order=2)
+
+
+@pytest.mark.parametrize("spelling", ["svd", "norm", "cond"])
+def test_singular_value_gradient_factors_once(monkeypatch, spelling):
+    """svdvals (svd without vectors, the 2- and nuclear norms, cond) keeps the singular vectors of
+    its forward factorization for the rules: one svd per gradient, not a second one backward."""
+    a = general(4, 3)
+    weights = randn(3)
+    loss = {"svd": lambda a: wnp.sum(la.svd(a, compute_uv=False) * weights),
+            "norm": lambda a: la.norm(a, "nuc") + la.norm(a, 2),
+            "cond": lambda a: la.cond(a)}[spelling]
+    calls = []
+    original = np.linalg.svd
+    monkeypatch.setattr(np.linalg, "svd", lambda *args, **kw: calls.append(kw.get("compute_uv", True)) or
+                        original(*args, **kw))
+    value, g = wg.value_and_grad(loss)(a)
+    assert calls == [True] * (2 if spelling == "norm" else 1)
+    assert np.allclose(loss(a), value)
+    wg.check_grads(loss, (a,), order=2)
+
+
 # --- degenerate points ---------------------------------------------------------------------------------
 def test_eigenvalue_gradients_at_repeated_eigenvalues():
     eye = np.eye(3)

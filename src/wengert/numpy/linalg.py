@@ -17,6 +17,7 @@ import operator as _operator
 import numpy as _np
 import numpy.linalg as _npl
 
+from ..core.trace import Tracer as _Tracer
 from ..core.trace import unbox as _unbox
 from ..primitives import linalg as _L
 from . import _functions as _F
@@ -180,7 +181,9 @@ def eigh(a, UPLO="L"):  # noqa: N803 - NumPy's name
 
 @_traceable(_npl.eigvalsh)
 def eigvalsh(a, UPLO="L"):  # noqa: N803
-    return _L.eigvalsh(_operand(a), UPLO=UPLO)
+    a = _operand(a)
+    # traced: the forward pass keeps the eigenvectors for the rules (primitives/linalg.py)
+    return _L.eigvalsh(a, UPLO=UPLO, stash=[None] if type(a) is _Tracer else None)
 
 
 @_traceable(_npl.eig)
@@ -212,6 +215,11 @@ def _hermitian_svd(a, compute_uv):
     return _wrap(_SVD, (u, s, _F.swapaxes(u * sign[..., None, :], -1, -2)))
 
 
+def _singular_values(a):
+    """svdvals; traced, the forward pass keeps the singular vectors for the rules (primitives/linalg.py)."""
+    return _L.svdvals(a, stash=[None] if type(a) is _Tracer else None)
+
+
 @_traceable(_npl.svd)
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular-vector gradients exist only for distinct, nonzero singular values (tied pairs
@@ -221,7 +229,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     if hermitian:
         return _hermitian_svd(a, compute_uv)
     if not compute_uv:  # complex too: Re diag(U^H dA V) does not depend on the vectors' phases
-        return _L.svdvals(a)
+        return _singular_values(a)
     return _wrap(_SVD, _L.svd(a, full_matrices=bool(full_matrices)))
 
 
@@ -278,7 +286,7 @@ def _matrix_norm(x, ord, axis, keepdims):  # noqa: A002
     if ord in (None, "fro", "f"):
         return _L.pnorm(x, ord=ord, axis=axis, keepdims=keepdims)
     if ord in (2, -2, "nuc"):
-        s = _L.svdvals(_F.moveaxis(x, (row, col), (-2, -1)))
+        s = _singular_values(_F.moveaxis(x, (row, col), (-2, -1)))
         result = {2: _F.max, -2: _F.min, "nuc": _F.sum}[ord](s, axis=-1)
     elif ord in (1, -1):
         reduce = _F.max if ord == 1 else _F.min
@@ -339,7 +347,7 @@ def cond(x, p=None):
     """Singular matrices (infinite condition number) have no derivative."""
     x = _operand(x)
     if p is None or p in (2, -2):
-        s = _L.svdvals(x)
+        s = _singular_values(x)
         first, last = s[..., 0], s[..., -1]
         return last / first if p == -2 else first / last
     return norm(x, p, axis=(-2, -1)) * norm(inv(x), p, axis=(-2, -1))
@@ -372,7 +380,7 @@ def tensorsolve(a, b, axes=None):
 if hasattr(_npl, "svdvals"):
     @_traceable(_npl.svdvals)
     def svdvals(x, /):
-        return _L.svdvals(_operand(x))
+        return _singular_values(_operand(x))
 
     @_traceable(_npl.matrix_norm)
     def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002

@@ -459,22 +459,35 @@ eigh = defprim(_eigh, _eigh_vjp, name="eigh", multiple_results=True,
                batched_vjp=True, fused_jvp=_eigh_jvp, batch=one_batch_axis(stacked_batch))
 
 
-def _eigvalsh(x, UPLO="L"):  # noqa: N803
+def _eigvalsh(x, UPLO="L", stash=None):  # noqa: N803
+    if stash is not None and type(x) is np.ndarray:
+        # traced: one factorization that also gives the eigenvectors the rules need, kept in
+        # ``stash`` (a one-slot list in the call's parameters) instead of computed again backward
+        w, v = np.linalg.eigh(x, UPLO=UPLO)
+        stash[0] = v
+        return w
     return np.linalg.eigvalsh(x, UPLO=UPLO)
 
 
-def _eigvalsh_vjp(g, ans, x, UPLO="L"):  # noqa: N803
-    """V diag(g) V^T; the eigenvectors are recomputed (eigvalsh does not return them)."""
-    if _plain_real(g, x):
-        v = np.linalg.eigh(x, UPLO=UPLO)[1]
+def _eigenvectors(x, UPLO, stash):  # noqa: N803
+    """The eigenvectors the rules of ``eigvalsh`` need: kept by the forward pass for a plain ``x``
+    (first order), else ``eigh`` again (with wengert operations on a traced ``x``: second order)."""
+    if stash is not None and stash[0] is not None and type(x) is np.ndarray:
+        return stash[0]
+    return eigh(x, UPLO=UPLO)[1]
+
+
+def _eigvalsh_vjp(g, ans, x, UPLO="L", stash=None):  # noqa: N803
+    """V diag(g) V^T, V the eigenvectors (kept from the forward pass at first order)."""
+    v = _eigenvectors(x, UPLO, stash)
+    if _plain_real(g, v):
         return _fold_real((v * g[..., None, :]) @ v.swapaxes(-1, -2), lower=UPLO.upper() == "L")
-    _, v = eigh(x, UPLO=UPLO)
     return _fold(matmul((conj(v) if _is_complex(v) else v) * _row(_real_if(g)), _mT(v)), lower=UPLO.upper() == "L")
 
 
-def _eigvalsh_jvp(t, ans, x, UPLO="L"):  # noqa: N803
-    """diag(V^T dA V), with V recomputed as in the VJP."""
-    _, v = eigh(x, UPLO=UPLO)
+def _eigvalsh_jvp(t, ans, x, UPLO="L", stash=None):  # noqa: N803
+    """diag(V^T dA V), V as in the VJP."""
+    v = _eigenvectors(x, UPLO, stash)
     return _real_if(sum_((conj(v) if _is_complex(v) else v) * matmul(_symmetric_from(t, lower=UPLO.upper() == "L"), v),
                          axis=-2))
 
@@ -640,25 +653,39 @@ svd = defprim(_svd, _svd_vjp, name="svd", multiple_results=True,
               batched_vjp=True, fused_jvp=_svd_jvp, batch=one_batch_axis(stacked_batch))
 
 
-def _svdvals(x):
+def _svdvals(x, stash=None):
+    if stash is not None and type(x) is np.ndarray:
+        # traced: one factorization that also gives the singular vectors the rules need, kept in
+        # ``stash`` (as eigvalsh's eigenvectors) instead of computed again backward
+        u, s, vt = np.linalg.svd(x, full_matrices=False)
+        stash[0] = (u, vt)
+        return s
     return np.linalg.svd(x, compute_uv=False)
 
 
-def _svdvals_vjp(g, ans, x):
-    """U diag(g) V^T; the singular vectors are recomputed (they were not needed forward). Complex x
-    (reached from lstsq only): conj(U diag(g) V^H)."""
-    if _plain_real(g, x):
-        u, _, vt = np.linalg.svd(x, full_matrices=False)
-        return (u * g[..., None, :]) @ vt
+def _singular_vectors(x, stash):
+    """``(U, V^H)`` for svdvals' rules: kept by the forward pass for a plain ``x`` (first order), else
+    ``svd`` again (with wengert operations on a traced ``x``: second order)."""
+    if stash is not None and stash[0] is not None and type(x) is np.ndarray:
+        return stash[0]
     u, _, vt = svd(x, full_matrices=False)
+    return u, vt
+
+
+def _svdvals_vjp(g, ans, x, stash=None):
+    """U diag(g) V^T, U and V kept from the forward pass at first order. Complex x (reached from
+    lstsq only): conj(U diag(g) V^H)."""
+    u, vt = _singular_vectors(x, stash)
+    if _plain_real(g, u, vt):
+        return (u * g[..., None, :]) @ vt
     if not _is_complex(x):
         return matmul(u * _row(g), vt)
     return conj(matmul(u * _row(real(g) if _is_complex(g) else g), vt))
 
 
-def _svdvals_jvp(t, ans, x):
-    """Re diag(U^H dA V), with U and V recomputed as in the VJP."""
-    u, _, vt = svd(x, full_matrices=False)
+def _svdvals_jvp(t, ans, x, stash=None):
+    """Re diag(U^H dA V), U and V as in the VJP."""
+    u, vt = _singular_vectors(x, stash)
     if _is_complex(x):
         return real(sum_(conj(u) * matmul(t, _mH(vt)), axis=-2))
     return sum_(u * matmul(t, _mT(vt)), axis=-2)
