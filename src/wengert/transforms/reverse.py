@@ -14,7 +14,7 @@ from ..core import namespace, tree
 from ..core.backward import backward
 from ..core.mutation import root
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError
-from ..core.trace import Tracer, close_trace, collector_paused, dtype_of, new_input, new_trace, shape_of, unbox
+from ..core.trace import INPUT, Tracer, close_trace, collector_paused, dtype_of, make_tracer, new_trace, shape_of, unbox
 from .. import numpy as wnp
 
 
@@ -87,10 +87,13 @@ def _normalize_argnums(argnums, nargs, f):
 class _Recording:
     """The result of running ``f`` on traced inputs: everything the backward pass needs."""
 
-    def __init__(self, f, args, argnums, has_aux, kwargs=None):
+    def __init__(self, f, args, argnums, has_aux, kwargs=None, guarded=False):
         # the top-level arguments, checked for Dask arrays (leaves deeper in a pytree or in closures
         # are not: docs/backends.md)
-        self.top = (*args, *(kwargs or {}).values())
+        self.top = (*args, *kwargs.values()) if kwargs else args
+        if guarded:   # the caller holds both guards (value_and_grad: once for recording and pulling)
+            self._record(f, args, argnums, has_aux, kwargs or {})
+            return
         with collector_paused(), namespace.dask_guard(self.top):
             self._record(f, args, argnums, has_aux, kwargs or {})
 
@@ -101,6 +104,7 @@ class _Recording:
         self.in_leaves = []
         self.input_indices = []
         args = list(args)
+        tape, inputs, in_leaves, input_indices = trace.tape, trace.inputs, self.in_leaves, self.input_indices
         try:
             for a in argnums:
                 leaves, treedef = tree.flatten(args[a])
@@ -113,10 +117,12 @@ class _Recording:
                         if paths is None:
                             paths = [path for path, _ in tree.flatten_with_paths(args[a])[0]]
                         value = _as_input(leaf, f, a, paths[k])
-                    tracer = new_input(value, trace)
-                    wrapped.append(tracer)
-                    self.in_leaves.append(leaf)
-                    self.input_indices.append(tracer.index)
+                    index = len(tape)   # new_input's lines: an input entry and its tracer
+                    tape.append(INPUT)
+                    inputs.append(value)
+                    wrapped.append(make_tracer(value, trace, index))
+                    in_leaves.append(leaf)
+                    input_indices.append(index)
                 self.in_defs.append(treedef)
                 args[a] = tree.unflatten(treedef, wrapped)
             out = f(*args, **kwargs)
@@ -144,17 +150,27 @@ class _Recording:
             return leaf.value
         return leaf
 
-    def pull(self, out_cts, keep_tape):
-        """Input cotangents (a tuple over argnums of pytrees) for output cotangents ``out_cts``."""
+    def pull(self, out_cts, keep_tape, guarded=False):
+        """Input cotangents (a tuple over argnums of pytrees) for output cotangents ``out_cts``
+        (``guarded``: the caller holds the collector and Dask guards)."""
         seeds = [(i, ct) for i, ct in zip(self.out_indices, out_cts) if i is not None and ct is not None]
         tape = self.trace.tape
-        with collector_paused(), namespace.dask_guard(self.top):
+        if guarded:
             cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
-        grads = [_finish(cts[i], leaf) for i, leaf in zip(self.input_indices, self.in_leaves)]
-        # only an input whose cotangent is an array the pass kept may alias the caller's arrays (a
-        # scalar's or a missing one's gradient is made by _finish)
-        _give_away(grads, [*out_cts, *self.in_leaves],
-                   [not isinstance(cts[i], np.ndarray) for i in self.input_indices])
+        else:
+            with collector_paused(), namespace.dask_guard(self.top):
+                cts = backward(tape, seeds, keep_tape=keep_tape) if seeds else [None] * len(tape)
+        grads = []
+        made = []   # made by _finish: only an array the pass kept may alias the caller's arrays
+        for i, leaf in zip(self.input_indices, self.in_leaves):
+            g = cts[i]
+            if type(g) is _ndarray and type(leaf) is _ndarray and g.dtype == leaf.dtype and g.shape == leaf.shape:
+                grads.append(g)   # _finish's usual case, without the call
+                made.append(False)
+            else:
+                grads.append(_finish(g, leaf))
+                made.append(not isinstance(g, _ndarray))
+        _give_away(grads, [*out_cts, *self.in_leaves], made)
         out, start = [], 0
         for treedef in self.in_defs:
             out.append(tree.unflatten(treedef, grads[start:start + treedef.num_leaves]))
@@ -230,21 +246,21 @@ def _give_away(grads, taken, made=None):
     in ``made`` were made by ``_finish`` (from nothing: read-only broadcast zeros, which stay so;
     from a NumPy scalar) and are handed over as they are.
     """
-    given = [k for k, g in enumerate(grads) if type(g) is np.ndarray and not (made and made[k])]
-    if not given:
-        return grads
-    # the memory the gradients live in; only those of the taken arrays matter (there may be
-    # thousands of output cotangents against a few inputs)
-    memory = {id(root(grads[k])) for k in given}
-    owners = memory.intersection(map(id, taken))
-    owners.update(memory.intersection([id(root(x)) for x in taken if isinstance(x, np.ndarray) and x.base is not None]))
-    for k in given:
-        g = grads[k]
-        base = root(g)
-        if id(base) in owners or not g.flags.writeable or not isinstance(base, np.ndarray):
+    taken_memory = None   # ids of the memory of the taken arrays, found at the first gradient array
+    owned = set()         # ids of the memory of gradients already handed over
+    for k, g in enumerate(grads):
+        if type(g) is not _ndarray or (made and made[k]):
+            continue
+        if taken_memory is None:
+            taken_memory = {id(x) for x in taken}
+            taken_memory.update(id(root(x)) for x in taken if isinstance(x, _ndarray) and x.base is not None)
+        base = g.base
+        base = g if base is None else root(base)
+        key = id(base)
+        if key in owned or key in taken_memory or not isinstance(base, _ndarray) or not g.flags.writeable:
             g = grads[k] = g.copy()
-            base = g
-        owners.add(id(base))
+            key = id(g)
+        owned.add(key)
     return grads
 
 
@@ -311,38 +327,57 @@ def value_and_grad(f, argnums=0, has_aux=False):
     are not differentiated.
     """
 
+    normalized = {}   # number of positional arguments -> (argnums as positions, many?)
+
     @functools.wraps(f)
     def value_and_grad_f(*args, **kwargs):
-        nums, many = _normalize_argnums(argnums, len(args), f)
-        rec = _Recording(f, args, nums, has_aux, kwargs)
-        # a scalar, or (autograd's habit) an array of exactly one element, shape (1,) or (1, 1)
-        out_shape = shape_of(rec.out) if rec.out_def == tree.LEAF else None
-        if out_shape is None or any(n != 1 for n in out_shape):
-            shape = out_shape if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
-            raise NonScalarOutputError(
-                f"grad of {getattr(f, '__name__', 'f')}: the output must be a scalar (or hold "
-                f"exactly one element), but it has shape {shape}. Use wengert.vjp for a "
-                "vector-Jacobian product, or wengert.jacobian for the full Jacobian (or reduce "
-                "the output, e.g. with .sum())."
-            )
-        plain = unbox(rec.out)
-        dtype = plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
-        if not namespace.is_real_floating(dtype):
-            hint = ("; differentiate a real function of it (its real part, abs, ...), or use "
-                    "wengert.vjp with the cotangent you mean" if namespace.is_inexact(dtype) else "")
-            raise NonScalarOutputError(
-                f"grad of {getattr(f, '__name__', 'f')}: the output has dtype "
-                f"{dtype}; it must be real floating point to be differentiated{hint}"
-            )
-        # the seed is made where the output lives (a lazy Dask scalar's seed is a Dask array)
-        seed = np.ones(out_shape, dtype)[()] if not namespace.is_foreign(plain) else \
-            namespace.ones(out_shape, dtype, plain)
-        grads = rec.pull([seed], keep_tape=False)
+        found = normalized.get(len(args))
+        if found is None:
+            found = normalized[len(args)] = _normalize_argnums(argnums, len(args), f)
+        nums, many = found
+        with collector_paused(), namespace.dask_guard((*args, *kwargs.values()) if kwargs else args):
+            rec = _Recording(f, args, nums, has_aux, kwargs, guarded=True)
+            seed = _seed(rec, f)
+            grads = rec.pull([seed], keep_tape=False, guarded=True)
         g = grads if many else grads[0]
         value = rec.out
         return ((value, rec.aux), g) if has_aux else (value, g)
 
     return value_and_grad_f
+
+
+def _seed(rec, f):
+    """The output cotangent 1 for ``rec``'s output, which must be real and hold one element."""
+    out = rec.out
+    if rec.out_def is tree.LEAF:
+        value = out.value if type(out) is Tracer else out
+        if type(value) in _FLOAT_SCALARS:   # the usual loss: a float NumPy scalar
+            return value.dtype.type(1)
+    # a scalar, or (autograd's habit) an array of exactly one element, shape (1,) or (1, 1)
+    out_shape = shape_of(out) if rec.out_def == tree.LEAF else None
+    if out_shape is None or any(n != 1 for n in out_shape):
+        shape = out_shape if rec.out_def == tree.LEAF else f"a pytree {rec.out_def!r}"
+        raise NonScalarOutputError(
+            f"grad of {getattr(f, '__name__', 'f')}: the output must be a scalar (or hold "
+            f"exactly one element), but it has shape {shape}. Use wengert.vjp for a "
+            "vector-Jacobian product, or wengert.jacobian for the full Jacobian (or reduce "
+            "the output, e.g. with .sum())."
+        )
+    plain = unbox(rec.out)
+    dtype = plain.dtype if hasattr(plain, "dtype") else np.asarray(plain).dtype
+    if not namespace.is_real_floating(dtype):
+        hint = ("; differentiate a real function of it (its real part, abs, ...), or use "
+                "wengert.vjp with the cotangent you mean" if namespace.is_inexact(dtype) else "")
+        raise NonScalarOutputError(
+            f"grad of {getattr(f, '__name__', 'f')}: the output has dtype "
+            f"{dtype}; it must be real floating point to be differentiated{hint}"
+        )
+    # the seed is made where the output lives (a lazy Dask scalar's seed is a Dask array)
+    return np.ones(out_shape, dtype)[()] if not namespace.is_foreign(plain) else \
+        namespace.ones(out_shape, dtype, plain)
+
+
+_FLOAT_SCALARS = (np.float64, np.float32, np.float16, np.longdouble)
 
 
 def grad(f, argnums=0, has_aux=False):
