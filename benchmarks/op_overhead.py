@@ -373,6 +373,8 @@ def _define():
          lambda x, b: np.log(np.sum(b * np.exp(x))))
     case("softmax written out (rewritten)", ["nn.softmax_known"], nnshapes, lambda x: _written_softmax(wnp, x),
          _np_softmax, _t(_written_softmax_torch))   # PyTorch records the same four operations
+    case("sigmoid written out (rewritten)", ["nn.sigmoid_known"], nnshapes, lambda x: 1 / (1 + wnp.exp(-x)),
+         lambda x: 1 / (1 + np.exp(-x)), _t(lambda t, x: 1 / (1 + t.exp(-x))))   # PyTorch records the same three
     case("log(softmax(x)) (rewritten)", ["nn.log_softmax"], nnshapes, lambda x: wnp.log(wnn.softmax(x)),
          lambda x: np.log(_np_softmax(x)), _t(lambda t, x: t.log(t.softmax(x, -1))))
     case("softmax cross-entropy (labels)", ["nn.softmax_cross_entropy"], {"4x4": [M], "64x64": [MMAT]},

@@ -290,6 +290,80 @@ def test_the_softmax_rewrite_sits_on_the_unshifted_logits():
     assert seen["parents"] == [((0, 0),)], seen
 
 
+SIGMOID_DIVISIONS = {
+    "1 / (1 + exp(-x))": lambda x: 1 / (1 + wnp.exp(-x)),
+    "1 / (exp(-x) + 1)": lambda x: 1 / (wnp.exp(-x) + 1),
+    "1.0 / (1.0 + np.exp(-x))": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "np.divide(1, 1 + exp(-x))": lambda x: wnp.divide(1, 1 + wnp.exp(-x)),
+}
+
+
+@pytest.mark.parametrize("name", list(SIGMOID_DIVISIONS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_written_out_sigmoid_is_recorded_as_one_sigmoid(name, dtype):
+    """Its one rule (g s (1 - s)) runs instead of divide's, add's, exp's and negative's; the value is
+    the division's own and the gradient the composition's."""
+    s = SIGMOID_DIVISIONS[name]
+    x = X.astype(dtype)
+    seen = {}
+
+    def f(x):
+        out = wnp.sum(s(x) * X)
+        if hasattr(out._trace, "tape"):
+            seen["entries"] = [(e[0].name, e[4]) for e in out._trace.tape if e[0] is not None]
+        return out
+    value, g = wg.value_and_grad(f)(x)
+    names = [n for n, _ in seen["entries"]]
+    assert "nn.sigmoid_known" in names and "divide" not in names, names
+    assert dict(seen["entries"])["nn.sigmoid_known"] == ((0, 0),)   # on x itself
+    with wg.config.override(rewrites=False):
+        ref_value, ref_g = wg.value_and_grad(f)(x)
+        assert "divide" in [n for n, _ in seen["entries"]]
+    assert value == ref_value                  # the division's own value, not a recomputed one
+    assert g.dtype == dtype
+    np.testing.assert_allclose(g, ref_g, rtol=1e-6 if dtype == np.float32 else 1e-12)
+    if dtype == np.float64:
+        wg.check_grads(f, (x,), order=2, modes=("rev", "fwd"))
+
+
+def test_log_of_a_rewritten_sigmoid_is_still_log_sigmoid():
+    names = recorded(lambda x: wnp.sum(wnp.log(sigmoid_written_out(x)) * X), X)
+    assert "nn.log_sigmoid" in names and "log" not in names, names
+
+
+def test_the_sigmoid_rewrite_under_other_transforms():
+    f = lambda x: wnp.sum(sigmoid_written_out(x) * X)
+    g = wg.grad(f)
+    expected = np.stack([g(x) for x in X[:, None, :] + np.arange(3)[:, None]])
+    np.testing.assert_allclose(wg.vmap(g)(X[:, None, :] + np.arange(3)[:, None]), expected, rtol=1e-12)
+    np.testing.assert_allclose(wg.jit(g)(X), g(X), rtol=1e-12)
+    hvp = wg.jvp(g, (X,), (X,))[1]
+    np.testing.assert_allclose(hvp, wg.jvp(wg.grad(lambda x: wnp.sum(wnn.sigmoid(x) * X)), (X,), (X,))[1], rtol=1e-9)
+
+
+@pytest.mark.parametrize("near", [
+    lambda x: 2 / (1 + wnp.exp(-x)),           # not 1 over it
+    lambda x: 1 / (2 + wnp.exp(-x)),           # not 1 plus
+    lambda x: 1 / (1 + wnp.exp(x)),            # sigmoid(-x) without a negation: left as it is
+    lambda x: 1 / (1 + wnp.sin(-x)),           # not exp
+])
+def test_a_division_that_is_not_a_sigmoid_stays_a_division(near):
+    f = lambda x: wnp.sum(near(x) * X)
+    names = recorded(f, X)
+    assert "divide" in names and "nn.sigmoid_known" not in names, names
+    wg.check_grads(f, (X,))
+
+
+def test_a_sigmoid_denominator_written_in_place_is_refused_not_rewritten():
+    def f(x):
+        a = 1 + wnp.exp(-x)
+        view = a[0]
+        view[0] = 5.0
+        return wnp.sum(1 / a)
+    with pytest.raises(wg.InPlaceWriteError):
+        wg.grad(f)(X)
+
+
 def test_a_division_that_is_not_a_softmax_stays_a_division():
     def f(x):
         e = wnp.exp(x)

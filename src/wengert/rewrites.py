@@ -245,14 +245,20 @@ def _exp_over_its_sum(trace, e_index, s_index, denominator):
 
 
 def _divide_hook(e, s=None, *rest, **params):
-    """``divide``'s rewrite hook: ``softmax`` when it divides ``exp(z)`` by its own sum. It is on
-    every traced division's path, so it rejects on the divisor's tape entry first."""
-    if type(s) is Tracer and type(e) is Tracer and not rest and not params:
+    """``divide``'s rewrite hook: ``softmax`` when it divides ``exp(z)`` by its own sum, ``sigmoid``
+    when it divides 1 by ``1 + exp(-x)``. It is on every traced division's path, so it rejects on
+    the divisor's tape entry first."""
+    if type(s) is Tracer and not rest and not params:
         trace = s._trace
-        if trace is e._trace and trace.alive and not trace.computes:
+        if trace.alive and not trace.computes:
             tape, index = trace.tape, s.index
-            if 0 <= index < len(tape) and tape[index][PRIM] in _SUM_OR_WRAPPER:
-                return rewrite_division(e, s)
+            if 0 <= index < len(tape):
+                prim = tape[index][PRIM]
+                if type(e) is Tracer:
+                    if trace is e._trace and prim in _SUM_OR_WRAPPER:
+                        return rewrite_division(e, s)
+                elif prim is E.add:
+                    return rewrite_reciprocal(e, s)
     return None
 
 
@@ -276,13 +282,27 @@ def rewrite_division(e, s):
     return P.softmax_known(x, axis=axis, known=(ev / sv, z, sv))
 
 
+def rewrite_reciprocal(one, a):
+    """``sigmoid_known(x)`` for ``1 / a`` with ``a = 1 + exp(-x)`` (on a live reverse level, ``a``
+    made by an add) on plain float32/float64 arrays; else None (plain ``divide``). The value is the
+    division's own; the one entry's rule replaces the composition's four."""
+    av = a.value
+    if not (type(av) is np.ndarray and av.dtype in _FAST_DTYPES and _is_one(one)) \
+            or _fresh(a._trace, av, a.index) is None:   # (written in place since: divide refuses it)
+        return None
+    found = _one_plus_exp(a._trace, a.index)
+    if found is None or found[1] != 1:
+        return None
+    return P.sigmoid_known(found[0], known=E.divide.impl(one, av))
+
+
 def sigmoid_input(trace, index):
     """``(t, sign)`` when the entry at ``index`` computes ``sigmoid(sign * t)``."""
     entry = _entry(trace, index)
     if entry is None:
         return None
     prim = entry[PRIM]
-    if prim is P.sigmoid:
+    if prim is P.sigmoid or prim is P.sigmoid_known:
         x = _fresh(trace, entry[ARGS][0], index)
         return None if x is None else (Tracer(x, trace, entry[PARENTS][0][1]), 1)
     # 1 / A, reciprocal(A), A ** -1 with A = 1 + exp(n): sigmoid(-n)
@@ -294,6 +314,12 @@ def sigmoid_input(trace, index):
         a_index = _parent(entry, 0)
     else:
         return None
+    return _one_plus_exp(trace, a_index)
+
+
+def _one_plus_exp(trace, a_index):
+    """``(t, sign)`` when the entry at ``a_index`` computes ``1 + exp(n)`` (``n = -t``: sign 1;
+    otherwise ``t = n``, sign -1), so that its reciprocal is ``sigmoid(sign * t)``."""
     a = _entry(trace, a_index)
     if a is None or a[PRIM] is not E.add or len(a[PARENTS]) != 1:
         return None
@@ -361,7 +387,7 @@ def rewrite_log(a):
         if found is None:
             return None
         return S.getitem(_log_of_softmax(found, _entry(trace, parent)[ANS]), **entry[PARAMS])
-    if prim is P.sigmoid or prim is E.reciprocal or prim is E.power:
+    if prim is P.sigmoid or prim is P.sigmoid_known or prim is E.reciprocal or prim is E.power:
         found = sigmoid_input(trace, index)
         return None if found is None else _log_of_sigmoid(*found)
     if prim is E.subtract and len(entry[PARENTS]) == 1 and _parent(entry, 1) is not None and _is_one(entry[ARGS][0]):
@@ -428,7 +454,7 @@ def _diagonal_hook(x, offset=0, axis1=0, axis2=1):
 
 
 # --- switching ----------------------------------------------------------------------------------
-_KEEPING = (E.exp, P.softmax, P.sigmoid)
+_KEEPING = (E.exp, P.softmax, P.sigmoid, P.sigmoid_known)
 _LEAN = {prim: prim.keep_args for prim in _KEEPING}
 
 

@@ -651,6 +651,32 @@ def _sigmoid(x):
 sigmoid = defunary(_sigmoid, lambda g, ans, x: g * ans * (1 - ans), name="nn.sigmoid")
 
 
+def _sigmoid_known(x, known=None):
+    return known
+
+
+def _sigmoid_known_vjp(g, ans, x, known=None):
+    """``g s (1 - s)``: one rule where the written-out composition ran four (divide, add, exp, negative)."""
+    if _plain(g, ans) and g.shape == ans.shape and g.dtype == ans.dtype:
+        out = 1 - ans
+        out *= ans
+        out *= g
+        return out
+    return g * ans * (1 - ans)
+
+
+def _sigmoid_known_batch(prim, vals, batched, params, size):
+    """The known value is one example's: the batched sigmoid is computed afresh."""
+    return sigmoid(vals[0])
+
+
+# sigmoid whose value the forward pass already computed (``known``: the user's ``1 / (1 + exp(-x))``,
+# a plain array), recorded by the rewrite of that division at first order (rewrites.py)
+sigmoid_known = defprim(_sigmoid_known, _sigmoid_known_vjp, name="nn.sigmoid_known",
+                        jvp=lambda t, ans, x, known=None: t * ans * (1 - ans),
+                        batch=one_batch_axis(_sigmoid_known_batch))
+
+
 def _log_sigmoid(x):
     x, dt = _up(x)
     return (np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))).astype(dt, copy=False)
