@@ -153,7 +153,8 @@ class Tracer:
     """A value being transformed: its value and its place at one interpreter level.
 
     ``index`` is its tape index on a reverse level (on a computing level, a counter the level may
-    use); ``aux`` is what a computing level carries beside the value (forward mode: the tangent).
+    use); ``aux`` is what a computing level carries beside the value (forward mode: the tangent; on
+a tape's tracers, the Metadata its indexed reads keep).
     The array-like behaviour (operators, methods, NumPy protocols) is attached by
     ``wengert.numpy``, so the engine stays independent of the NumPy face.
     """

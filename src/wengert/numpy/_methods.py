@@ -68,8 +68,14 @@ def _getitem(self, index):
         if self.index < trace.last_write:   # stale_guard, inlined: a tape with in-place writes
             check_not_stale(trace, (self,), S.getitem)
     tape = trace.tape
-    # the rule reads only the parent's shape and dtype: a large parent is not kept alive for it
-    kept = Metadata(value) if type(value) is np.ndarray and value.size > SMALL else value
+    # the rule reads only the parent's shape and dtype: a large parent is not kept alive for it, and
+    # its Metadata is made once per parent tracer (``aux``, unused on a tape's tracers), not per read
+    if type(value) is np.ndarray and value.size > SMALL:
+        kept = getattr(self, "aux", None)
+        if kept is None:
+            kept = self.aux = Metadata(value)
+    else:
+        kept = value
     out = make_tracer(value[index], trace, len(tape))   # indexed first: an IndexError records nothing
     tape.append((S.getitem, [kept], None, {"index": index}, ((0, self.index),)))
     return out
