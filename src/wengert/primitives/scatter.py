@@ -83,7 +83,9 @@ def _write_vjp_owned(g, ans, args, params, parents):
     """The same, zeroing ``g`` in place when the backward pass owns it: a loop of writes costs
     what it wrote, not (writes x array size)."""
     index = params["index"]
-    piece = np.array(g[index])   # copied before the zeroing
+    piece = g[index]
+    if type(piece) is np.ndarray:   # a view: copied before the zeroing (one element comes out as a
+        piece = piece.copy()        # NumPy scalar, a copy already, as operations on 0-d arrays give)
     value_shape = params["value_shape"]
     if piece.shape != value_shape:
         piece = unbroadcast(piece, value_shape)
