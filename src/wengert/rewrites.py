@@ -25,11 +25,13 @@ recorded by the user                          recorded instead
 ``log(1 - sigmoid(x))`` (either form)         ``log_sigmoid(-x)``
 ===========================================  ==========================================
 
-``divide`` has one pattern: ``exp(z) / sum(exp(z), axis, keepdims=True)`` (``z`` possibly ``x - m`` as
+``divide`` has two patterns: ``exp(z) / sum(exp(z), axis, keepdims=True)`` (``z`` possibly ``x - m`` as
 above) on plain float32/float64 values with a finite, positive sum is recorded as ``softmax(x, axis)``
 holding the division's own value, so the backward pass takes softmax's rule (``p * (g - sum(g * p))``)
 instead of those of max, subtract, exp, sum and divide. A later ``log`` of it becomes
-``log_softmax`` as above.
+``log_softmax`` as above. And ``1 / (1 + exp(-x))`` on plain float32/float64 arrays is recorded as
+``sigmoid(x)`` holding the division's own value (rule ``g s (1 - s)`` instead of divide's, add's,
+exp's and negative's).
 
 ``diagonal`` has one pattern: ``diag(a @ b)`` of plain float matrices whose product is square is
 recorded as ``diagonal_of_product(a, b)`` holding the product's own diagonal; its rules cost O(n k)
@@ -40,8 +42,8 @@ thereby becomes cross-entropy of ``log_softmax``, whose gradient is ``softmax(x)
 
 Cost. Only ``log``, ``divide`` and ``diagonal`` are changed: their ``rewrite`` hooks (``Primitive.rewrite``, which
 a primitive called on tracers consults before recording) look at one tape entry (``divide``'s at
-its divisor's, and further only when that is a sum). Every other primitive's hook is None. To find the input of ``exp``, ``exp`` entries keep their
-argument while rewrites are on (as do ``wengert.nn``'s softmax and sigmoid): one array per
+its divisor's, and further only when that is a sum or, under a constant numerator, an add). Every other primitive's hook is None. To find the input of ``exp``, ``exp`` entries keep their
+argument while rewrites are on (as do ``wengert.nn``'s softmax and both sigmoids): one array per
 ``exp`` alive until the backward pass. ``wg.config.update("rewrites", False)`` (or
 ``WENGERT_REWRITES=0``) restores plain ``log`` and the leaner tape entries.
 
@@ -99,7 +101,10 @@ def _parent(entry, position):
 
 
 def _is_one(c, value=1):
-    if type(c) is Tracer or c is None:
+    kind = type(c)
+    if kind is int or kind is float:   # the usual constant, without np.ndim's dispatch (1 us)
+        return c == value
+    if kind is Tracer or c is None:
         return False
     return np.ndim(c) == 0 and c == value
 
