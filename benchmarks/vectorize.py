@@ -1,7 +1,7 @@
 """wg.jit's vectorizing pass on the seeds' per-column loops, in every spelling users write.
 
 Usage:  PYTHONPATH=src python benchmarks/vectorize.py [--quick] [--only W1 W2] [--sixteen all|loop|none]
-                                                       [--unvectorized] [--more-spellings]
+                                                       [--unvectorized] [--more-spellings] [--clock cpu]
 
 One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cosine loop, W2 = seed
 001's colwise attention, each with its results in a Buffer, written in place into a traced array,
@@ -73,7 +73,7 @@ def loop_rows(quick, only, sixteen, more=False):
     return rows
 
 
-def bench(row, repeat, unvectorized):
+def bench(row, repeat, unvectorized, clock=time.perf_counter):
     fn = row.code(wnp, wg.Buffer)[row.formulation]
     step = wg.jit(wg.value_and_grad(fn, argnums=row.argnums))
     hand_args = row.hand_args or row.args
@@ -98,7 +98,7 @@ def bench(row, repeat, unvectorized):
         result["novec_first"] = time.perf_counter() - t0
         result["novec_kept"] = plain.lower(*row.args).eqns
         cases["novec"] = lambda: plain(*row.args)
-    result["times"] = interleaved_medians(cases, repeat)
+    result["times"] = interleaved_medians(cases, repeat, clock=clock)
     return result
 
 
@@ -135,13 +135,17 @@ def main(argv=None):
     p.add_argument("--more-spellings", action="store_true",
                    help="also seed 000's Buffer loop with the dot product as np.vdot, np.einsum, np.tensordot, "
                         "u.dot(v), np.matmul, and the norm as np.linalg.norm and three more (seed size)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="medians of wall-clock time, or of this process's CPU time (less moved by other "
+                        "processes on a loaded machine; the first call is always wall-clock)")
     p.add_argument("--repeat", type=int, default=31)
     args = p.parse_args(argv)
-    print(f"numpy {np.__version__}; medians of {args.repeat}, measured round-robin")
+    print(f"numpy {np.__version__}; medians of {args.repeat} ({args.clock} time), measured round-robin")
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     results = []
     for row in loop_rows(args.quick, args.only, args.sixteen, args.more_spellings):
         unvec = args.unvectorized and row.formulation == "loop" and not row.size.startswith("16x")
-        results.append(bench(row, 3 if args.quick else args.repeat, unvec))
+        results.append(bench(row, 3 if args.quick else args.repeat, unvec, clock))
         print(f"  done: {row.name}", file=sys.stderr, flush=True)
     report(results)
 
