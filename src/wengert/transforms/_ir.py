@@ -92,6 +92,11 @@ def renamed(eqn, rename):
 
 
 # --- passes --------------------------------------------------------------------------------------
+def producers_of(program):
+    """The equation that makes each variable, by the variable's id."""
+    return {o.id: eqn for eqn in program.eqns for o in eqn.outs}
+
+
 def dce(program):
     """Keep only the equations whose results reach an output."""
     live = {v for v in program.outputs if type(v) is Var}

@@ -46,7 +46,7 @@ from ..primitives.elementwise import add, multiply, subtract
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
 from ..primitives.shape import broadcast_to, getitem, index_add, reshape, stack, transpose
-from ._ir import Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, substitute
+from ._ir import Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, producers_of, substitute
 
 MIN_GROUP = 8  # smaller classes stay as they are: a batched call and its gathers cost about what a few small calls do
 
@@ -1479,10 +1479,7 @@ def _summed_view_eqns(eqn, found, producers, fresh):
 
 def contract_cotangents(program, fresh):
     """Sums of lane products per group (see ``_grid_rowsum``) as matmuls over the grid."""
-    producers = {}
-    for eqn in program.eqns:
-        for o in eqn.outs:
-            producers[o.id] = eqn
+    producers = producers_of(program)
     out, changed = [], False
     for eqn in program.eqns:
         if eqn.prim is sum_ and eqn.outs[0].dtype.kind in "fc":
@@ -1777,10 +1774,7 @@ def _softmax_cotangent(gx, defs):
 
 def softmax_backward(program, fresh):
     """Each matched softmax composition's cotangent (see ``_softmax_cotangent``) as softmax's rule."""
-    defs = {}
-    for eqn in program.eqns:
-        for o in eqn.outs:
-            defs[o.id] = eqn
+    defs = producers_of(program)
     out, changed = [], False
     for eqn in program.eqns:
         found = _softmax_cotangent(eqn, defs) if eqn.prim is add else None
@@ -1832,10 +1826,7 @@ GRID_ROWS = _InPlace("grid_rows", _grid_rows)
 def repeated_rows_as_views(program, fresh):
     """Binary elementwise equations whose lane operands are reads of rows affine in one grid, one of
     them reading a row more than once: on strided views of the arrays read, then reshaped."""
-    producers = {}
-    for eqn in program.eqns:
-        for o in eqn.outs:
-            producers[o.id] = eqn
+    producers = producers_of(program)
     out, changed = [], False
     for eqn in program.eqns:
         made = _on_row_views(eqn, producers, fresh)
