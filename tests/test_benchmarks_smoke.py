@@ -50,6 +50,18 @@ def test_vectorize_benchmark_runs_every_spelling_and_agrees_with_the_hand_writte
     assert any("np.linalg.norm(u)" in n for n in names) and any("np.einsum" in n for n in names)
 
 
+def test_vectorize_benchmark_times_cold_on_request():
+    """--cold times one call at a time with no untimed call before it, and says so in the header."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "vectorize.py"), "--quick", "--only", "W1", "--sixteen", "none",
+         "--repeat", "1", "--cold"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "one call each, cold" in proc.stdout.splitlines()[0]
+    assert sum(line.startswith("W1 ") for line in proc.stdout.splitlines()) == 1 + 12
+
+
 def test_transforms_under_vmap_benchmark_is_batched_and_right():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "vmap_transforms.py"), "--repeat", "1", "--batch", "3"],
