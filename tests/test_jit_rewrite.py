@@ -610,3 +610,63 @@ def test_the_shift_of_a_written_out_log_softmax_gets_no_cotangent():
     assert calls(text, "equal") == 1   # sin(m)'s cotangent is shared among the tied maxima
     grad = got[1]
     assert not np.allclose(grad, wg.value_and_grad(f)(ties, y)[1])
+
+
+def rnn(W, U, xs, h0):
+    """A recurrence: each step waits on the one before, so only the rewrites can shorten it."""
+    h = h0
+    for t in range(xs.shape[0]):
+        h = wnp.tanh(W @ h + wnp.dot(U, xs[t]))
+    return wnp.sum(h ** 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_recurrences_weight_cotangent_is_one_matrix_product_not_a_sum_of_outer_products(dtype):
+    """W's cotangent sums outer(g_t, h_t) over the steps and U's outer(g_t, x_t): each becomes
+    stack(g).T @ stack(h) and stack(g).T @ xs (the rows of xs themselves, in their order), one
+    stack of the g's for both, with the values of eager wengert. (Six steps: too few for the
+    vectorizing pass to batch U @ xs[t], which would leave U's cotangent no outer products.)"""
+    W = (0.3 * rng.standard_normal((6, 6))).astype(dtype)
+    U = rng.standard_normal((6, 3)).astype(dtype)
+    xs = rng.standard_normal((6, 3)).astype(dtype)
+    h0 = rng.standard_normal(6).astype(dtype)
+    got, want, text, plain = staged(rnn, W, U, xs, h0, argnums=(0, 1))
+    assert_trees_close(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10)
+    assert got[1][0].dtype == dtype
+    assert calls(plain, "outer") == 12 and calls(text, "outer") == 0
+    assert calls(text, "stack") == 2             # the g's, the h's; U's second factor is xs
+    assert re.search(r"= np_dot\(v\d+, x2\)", text)
+
+
+def test_a_constant_zero_state_adds_no_term_and_a_short_sum_stays_as_it_was():
+    """The first step's outer(g_1, zeros) is dropped; three steps (under four terms) keep their
+    outer products."""
+    W = 0.3 * rng.standard_normal((5, 5))
+    U = rng.standard_normal((5, 2))
+
+    def from_zero(W, U, xs):
+        return rnn(W, U, xs, wnp.zeros(5))
+
+    got, want, text, _ = staged(from_zero, W, U, rng.standard_normal((6, 2)), argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "outer") == 0
+    got, want, text, plain = staged(rnn, W, U, rng.standard_normal((3, 2)), rng.standard_normal(5), argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "outer") == calls(plain, "outer") == 6
+
+
+def test_an_outer_product_read_twice_keeps_the_sum_it_belongs_to():
+    """A term the function also reads elsewhere is not folded away (its value is still needed)."""
+    a = rng.standard_normal((6, 4))
+    b = rng.standard_normal((6, 3))
+
+    def f(a, b):
+        terms = [wnp.outer(a[i], b[i]) for i in range(6)]
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return wnp.sum(wnp.sin(total)) + wnp.sum(terms[2] ** 2)
+
+    got, want, text, _ = staged(f, a, b, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "outer") >= 1

@@ -786,6 +786,108 @@ def _sum_of_stacked_reads(eqn, defs, counts, fresh):
     return new
 
 
+# --- sums of outer products ----------------------------------------------------------------------
+_OUTER_SUM_MIN = 4   # fewer terms: their adds cost about what the stacks and the matmul do
+
+
+def _full_reads(vs, defs):
+    """``(x, ks)`` when every ``vs[i]`` is ``x[ks[i]]``, one row of the same 2-D ``x``, and the
+    ``ks`` are ``x``'s rows, each once; else None."""
+    reads = [_read_at(v, defs) for v in vs]
+    if any(r is None for r in reads):
+        return None
+    x = reads[0][0]
+    ks = [k for _, k in reads]
+    if len(x.shape) != 2 or any(r[0] is not x for r in reads) or sorted(ks) != list(range(x.shape[0])):
+        return None
+    return x, ks
+
+
+def _sums_of_outer_products(eqns, outputs, fresh):
+    """``outer(a1, b1) + outer(a2, b2) + ... + outer(an, bn)`` is ``stack(a).T @ stack(b)``: one
+    matrix product instead of n outer products and n - 1 adds of full matrices. This is what a
+    loop's backward pass builds for a weight matrix read by a matrix-vector product at every step
+    (an RNN's ``W @ h``: the cotangent of ``W`` gathers ``outer(g_t, h_t)`` over the steps, each
+    step waiting on the next). Where the ``b``'s are the rows of one array, read once each, that
+    array is the stack. The same products, summed in another order."""
+    counts, defs = {}, {}
+    for eqn in eqns:
+        for v in eqn.uses:
+            counts[v.id] = counts.get(v.id, 0) + 1
+        for o in eqn.outs:
+            defs[o.id] = eqn
+    for v in outputs:
+        if type(v) is Var:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    terms = {}       # var id -> its number of outer products
+    absorbed = set()
+    for eqn in eqns:
+        out = eqn.outs[0] if len(eqn.outs) == 1 else None
+        if out is None or len(out.shape) != 2 or out.dtype.kind not in "fc":
+            continue
+        if eqn.prim is C.outer and not eqn.params and len(eqn.args) == 2 \
+                and all(type(a) in (Var, np.ndarray) and len(a.shape) == 1 and a.dtype == out.dtype
+                        for a in eqn.args):
+            terms[out.id] = 1
+        elif eqn.prim is E.add and not eqn.params and len(eqn.args) == 2 \
+                and all(type(a) is Var and a.id in terms and a.shape == out.shape and counts[a.id] == 1
+                        for a in eqn.args):
+            terms[out.id] = terms[eqn.args[0].id] + terms[eqn.args[1].id]
+            absorbed.update(a.id for a in eqn.args)
+    roots = {i for i, n in terms.items() if n >= _OUTER_SUM_MIN and i not in absorbed}
+    if not roots:
+        return eqns
+    plans = {}   # root id -> (pairs in the order to stack, the b's array or None)
+    for eqn in eqns:
+        if eqn.outs and eqn.outs[0].id in roots:
+            pairs, todo = [], [eqn]
+            while todo:   # the tree's leaves, without recursion (a loop's sum is a chain of n adds)
+                e = todo.pop()
+                if e.prim is C.outer:
+                    pairs.append(tuple(e.args))
+                else:
+                    todo.extend(defs[a.id] for a in reversed(e.args))
+            pairs = [(a, b) for a, b in pairs if not any(type(x) is np.ndarray and not x.any() for x in (a, b))]
+            if not pairs or any(a.shape != pairs[0][0].shape or b.shape != pairs[0][1].shape for a, b in pairs):
+                continue
+            rows = _full_reads([b for _, b in pairs], defs)
+            if rows is not None:   # sorted by row, the b's are that array itself
+                pairs = [p for _, p in sorted(zip(rows[1], pairs), key=lambda kp: kp[0])]
+            plans[eqn.outs[0].id] = (pairs, rows[0] if rows is not None else None)
+    # sums over the same a's (W's and U's cotangents in an RNN share the g's) share one stack, in the
+    # order an array of b's fixes if one does
+    order = {}
+    for pairs, b_rows in sorted(plans.values(), key=lambda plan: plan[1] is None):
+        order.setdefault(frozenset(id(a) for a, _ in pairs), [a for a, _ in pairs])
+    stacked = {}
+    result = []
+    for eqn in eqns:
+        plan = plans.get(eqn.outs[0].id) if eqn.outs else None
+        if plan is None:
+            result.append(eqn)
+            continue
+        pairs, b_rows = plan
+        out, src = eqn.outs[0], eqn.source
+        a_s = order[frozenset(id(a) for a, _ in pairs)]
+        if b_rows is None:
+            position = {id(a): n for n, a in enumerate(a_s)}
+            if len(position) == len(pairs):
+                pairs = sorted(pairs, key=lambda p: position[id(p[0])])
+            bs = tuple(b for _, b in pairs)
+            b_rows = fresh((len(bs),) + bs[0].shape, out.dtype)
+            result.append(Eqn(S.stack, bs, {"axis": 0}, (b_rows,), _vars(*bs), src))
+        a_s = [a for a, _ in pairs]
+        key = tuple(id(a) for a in a_s)
+        if key not in stacked:
+            a_stack = fresh((len(a_s),) + a_s[0].shape, out.dtype)
+            a_cols = fresh(a_s[0].shape + (len(a_s),), out.dtype)
+            result.append(Eqn(S.stack, tuple(a_s), {"axis": 0}, (a_stack,), _vars(*a_s), src))
+            result.append(Eqn(S.transpose, (a_stack,), {"axes": (1, 0)}, (a_cols,), (a_stack,), src))
+            stacked[key] = a_cols
+        result.append(Eqn(C.matmul, (stacked[key], b_rows), {}, eqn.outs, (stacked[key], b_rows), src))
+    return result
+
+
 # --- scatters into zeros that only add axes ---------------------------------------------------------
 def _scatter_is_reshape(eqn):
     """``index_add(zeros, g, index)`` with an index of full slices and new axes (the backward pass
@@ -1035,6 +1137,8 @@ def simplify(program):
     if rename:
         eqns = [renamed(e, rename) for e in eqns]
         outputs = [substitute(v, rename) for v in outputs]
+    if contract:
+        eqns = _sums_of_outer_products(eqns, outputs, fresh)
     program = _ir.dce(Program(program.inputs, eqns, outputs))
     return reuse_contractions(program) if contract else program
 
