@@ -146,7 +146,8 @@ def _torch_namespace():
         max=lambda x, axis=None, keepdims=False: torch.amax(x, **({} if axis is None else
                                                                     {"dim": axis, "keepdim": keepdims})),
         exp=torch.exp, sqrt=torch.sqrt, log=torch.log, tanh=torch.tanh, einsum=torch.einsum,
-        dot=torch.dot, diag=torch.diag, reshape=torch.reshape, inner=torch.inner,
+        dot=lambda a, b: torch.dot(a, b) if a.ndim == 1 and b.ndim == 1 else torch.matmul(a, b),
+        diag=torch.diag, reshape=torch.reshape, inner=torch.inner,
         stack=lambda xs, axis=0: torch.stack(xs, dim=axis),
         zeros=lambda shape, dtype: torch.zeros(shape, dtype=dtype),
     )

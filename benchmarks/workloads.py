@@ -1,4 +1,5 @@
-"""The benchmark workloads W1-W4 of docs/design (seeds 000, 001, 002), as a user writes them.
+"""The benchmark workloads W1-W4 of docs/design (seeds 000, 001, 002), as a user writes them, and
+W5, a recurrence (each step waits on the one before: a loop no pass can turn into array code).
 
 Each workload has three parts:
 
@@ -418,6 +419,54 @@ def w4_hand(p, wts):
     return value, (type(p)(**grads),)
 
 
+def w5_code(np, Buffer=None):
+    """An Elman recurrence h_t = tanh(W h_{t-1} + U x_t), loss sum_t <h_t, c_t>: the loop of an RNN,
+    an ODE integrator or a filter, spelled with ``@``, with ``np.dot``, and as a list of states
+    stacked at the end."""
+    def with_matmul(W, U, xs, cs):
+        h = np.tanh(U @ xs[0])
+        loss = np.sum(h * cs[0])
+        for t in range(1, xs.shape[0]):
+            h = np.tanh(W @ h + U @ xs[t])
+            loss = loss + np.sum(h * cs[t])
+        return loss
+
+    def with_dot(W, U, xs, cs):
+        h = np.tanh(np.dot(U, xs[0]))
+        loss = np.dot(h, cs[0])
+        for t in range(1, xs.shape[0]):
+            h = np.tanh(np.dot(W, h) + np.dot(U, xs[t]))
+            loss = loss + np.dot(h, cs[t])
+        return loss
+
+    def with_list(W, U, xs, cs):
+        hs = [np.tanh(U @ xs[0])]
+        for t in range(1, xs.shape[0]):
+            hs.append(np.tanh(W @ hs[-1] + U @ xs[t]))
+        return np.sum(np.stack(hs) * cs)
+
+    return {"loop[@]": with_matmul, "loop[np.dot]": with_dot, "loop[lists+stack]": with_list}
+
+
+def w5_hand(W, U, xs, cs):
+    """The recurrence forward step by step; backward step by step through W only, the weight
+    cotangents as two matrix products over all steps at the end."""
+    np = numpy
+    T, H = xs.shape[0], W.shape[0]
+    P = xs @ U.T
+    hs = np.empty((T, H), W.dtype)
+    h = hs[0] = np.tanh(P[0])
+    for t in range(1, T):
+        h = hs[t] = np.tanh(W @ h + P[t])
+    value = np.sum(hs * cs)
+    G = np.empty_like(hs)
+    back = np.zeros(H, W.dtype)
+    for t in range(T - 1, -1, -1):
+        G[t] = g = (cs[t] + back) * (1 - hs[t] * hs[t])
+        back = g @ W
+    return value, (G[1:].T @ hs[:-1], G.T @ xs)
+
+
 # ================================================================================================
 # Rows
 # ================================================================================================
@@ -526,7 +575,18 @@ def w4_rows(quick):
     return rows
 
 
-WORKLOADS = {"W1": w1_rows, "W2": w2_rows, "W3": w3_rows, "W4": w4_rows}
+def w5_rows(quick):
+    T, H, D = (5, 6, 4) if quick else (100, 64, 32)
+    rng = _rng(5)
+    W = (0.5 / numpy.sqrt(H) * rng.standard_normal((H, H))).astype(F32)
+    U = _glorot(rng, D, H, (H, D))
+    xs = rng.standard_normal((T, D)).astype(F32)
+    cs = rng.standard_normal((T, H)).astype(F32)
+    return [Row("W5", f"T,H,D={T},{H},{D}", form, w5_code, w5_hand, (W, U, xs, cs), (0, 1), loop_iterations=T)
+            for form in ("loop[@]", "loop[np.dot]", "loop[lists+stack]")]
+
+
+WORKLOADS = {"W1": w1_rows, "W2": w2_rows, "W3": w3_rows, "W4": w4_rows, "W5": w5_rows}
 
 
 def rows(quick=False, only=None):

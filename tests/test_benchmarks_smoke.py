@@ -25,8 +25,9 @@ def test_benchmark_suite_quick(tmp_path):
                  for d in ("@", "np.dot", "np.sum(u*v)", "np.inner")}
     assert seen == {("W1", "vectorized"), ("W1", "loop"), ("W1", "vmap"), ("W2", "diagmatmul"), ("W2", "colwise"),
                     ("W2", "glued"), ("W3", "log(softmax)"), ("W3", "logsumexp"), ("W4", "record")} | {
-                        (w, s) for w in ("W1", "W2") for s in spellings}
-    assert len(rows) == 15 + 24
+                        (w, s) for w in ("W1", "W2") for s in spellings} | {
+                        ("W5", f"loop[{s}]") for s in ("@", "np.dot", "lists+stack")}
+    assert len(rows) == 15 + 24 + 3
     bad = {r["name"]: r["checks"]["wengert"] for r in rows if r["checks"]["wengert"] != "ok"}
     assert not bad, bad
     assert all(r["notes"]["wengert_max_rel_error"] < 1e-3 for r in rows)
