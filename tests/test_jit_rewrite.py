@@ -670,3 +670,51 @@ def test_an_outer_product_read_twice_keeps_the_sum_it_belongs_to():
     got, want, text, _ = staged(f, a, b, argnums=(0, 1))
     assert_trees_close(got, want)
     assert calls(text, "outer") >= 1
+
+
+def test_the_shift_of_a_written_out_softmax_gets_no_cotangent():
+    """``e / sum(e)`` with ``e = exp(z - max(z))``: the cotangent the shift receives is
+    ``sum(h * e)`` with ``h`` the whole cotangent of ``e`` through the normalization, zero in exact
+    arithmetic (``e / sum(e)`` does not change when ``e`` is scaled), so neither it nor max's tie
+    shares are computed (W1's and W2's softmax, also under vmap). Equal to eager with ties in the
+    maxima and -inf entries. Near misses keep them: the loss also reads ``e`` (its cotangent is no
+    longer the normalization's alone), or it reads ``m`` (that term still reaches ``z``)."""
+    def softmax(z, axis):
+        e = wnp.exp(z - wnp.max(z, axis=axis, keepdims=True))
+        return e, e / wnp.sum(e, axis=axis, keepdims=True)
+
+    def f(z, y):
+        return wnp.sum(softmax(z, 0)[1] * y)
+
+    def vmapped(z, y):
+        return wnp.sum(wg.vmap(lambda r: softmax(r, 0)[1])(z) * y)
+
+    def also_e(z, y):
+        e, p = softmax(z, 1)
+        return wnp.sum(p * y) + wnp.sum(wnp.sin(e))
+
+    def also_m(z, y):
+        m = wnp.max(z, axis=1, keepdims=True)
+        e = wnp.exp(z - m)
+        return wnp.sum(e / wnp.sum(e, axis=1, keepdims=True) * y) + wnp.sum(wnp.sin(m))
+
+    z = rng.standard_normal((4, 6))
+    y = rng.random((4, 6))
+    ties = z.copy()
+    ties[1, :] = ties[3, :] = ties.max(axis=0) + 1
+    ties[:, 2] = ties[:, 4] = ties.max(axis=1) + 1
+    some_inf = z.copy()
+    some_inf[:2, 0] = -np.inf
+    for fn in (f, vmapped):
+        got, want, text, plain = staged(fn, z, y)
+        assert_trees_close(got, want)
+        assert calls(plain, "equal") == 1 and calls(text, "equal") == 0 and calls(text, "astype") == 0
+        for other in (ties, some_inf):
+            assert_trees_close(wg.jit(wg.value_and_grad(fn))(other, y), wg.value_and_grad(fn)(other, y))
+    for fn in (also_e, also_m):
+        got, want, text, _ = staged(fn, ties, y)
+        assert_trees_close(got, want)
+        assert calls(text, "equal") == 1
+    z32, y32 = z.astype(np.float32), y.astype(np.float32)
+    got, want, _, _ = staged(f, z32, y32)
+    assert_trees_close(got, want, rtol=1e-5, atol=1e-6)

@@ -644,6 +644,60 @@ def _shift_cotangent_is_zero(eqn, defs):
     return False
 
 
+def _summed_along(eqn, axis):
+    """The operand of ``eqn`` when it is a sum along ``axis`` keeping its dimensions, else None."""
+    if eqn is None or eqn.prim is not R.sum_ or set(eqn.params) - {"axis", "keepdims"} \
+            or not eqn.params.get("keepdims") or type(eqn.args[0]) is not Var:
+        return None
+    return eqn.args[0] if _axes(eqn.params.get("axis"), len(eqn.args[0].shape)) == axis else None
+
+
+def _softmax_shift_cotangent_is_zero(eqn, defs):
+    """Is ``eqn`` ``sum(±(h * e), A)`` with ``h = g / s + sum(-g * p / s, A)``, ``p = e / s`` and
+    ``s = sum(e, A)`` (the inner sums keeping dimensions)? ``h`` is then the whole cotangent of ``e``
+    through the normalization ``p = e / sum(e)`` (divide's and sum's VJPs), and ``sum(h * e, A)`` is
+    ``sum(g e)/s - s sum(g e)/s**2``: zero in exact arithmetic, whatever ``g`` is, because ``p`` does
+    not change when ``e`` is scaled along ``A``. With ``e = exp(x - m)`` that sum is the cotangent of
+    the shift ``m`` (a softmax written out), which then needs neither computing nor sharing among
+    max's ties. Every piece is matched on the program's own equations."""
+    if eqn.prim is not R.sum_ or set(eqn.params) - {"axis", "keepdims"} or type(eqn.args[0]) is not Var:
+        return False
+    x = eqn.args[0]
+    axis = _axes(eqn.params.get("axis"), len(x.shape))
+    neg = _is(x, defs, E.negative)
+    if neg is not None:
+        x = neg.args[0]
+    prod = _is(x, defs, E.multiply)
+    if prod is None or len(prod.args) != 2 or not all(type(a) is Var for a in prod.args):
+        return False
+    for h, e in (prod.args, prod.args[::-1]):
+        total = _is(h, defs, E.add)
+        if total is None or h.shape != e.shape or len(total.args) != 2:
+            continue
+        for share, spread in (total.args, total.args[::-1]):
+            share = _is(share, defs, E.divide)
+            spread = _summed_along(defs.get(spread.id) if type(spread) is Var else None, axis)
+            part = _is(spread, defs, E.divide) if spread is not None else None
+            if share is None or part is None or not all(type(a) is Var for a in (*share.args, *part.args)):
+                continue
+            g, s = share.args
+            if part.args[1].id != s.id or getattr(_summed_along(defs.get(s.id), axis), "id", None) != e.id:
+                continue
+            minus_g_p = _is(part.args[0], defs, E.multiply)
+            if minus_g_p is None or len(minus_g_p.args) != 2:
+                continue
+            for minus_g, p in (minus_g_p.args, minus_g_p.args[::-1]):
+                neg_g, ratio = _is(minus_g, defs, E.negative), _is(p, defs, E.divide)
+                if neg_g is not None and ratio is not None and _ids(neg_g.args) == (g.id,) \
+                        and _ids(ratio.args) == (e.id, s.id):
+                    return True
+    return False
+
+
+def _ids(xs):
+    return tuple(getattr(x, "id", None) for x in xs)
+
+
 def _stays_zero(eqn, zeros):
     """``eqn`` gives zeros from zeros: a count's share of zero (``z / count``), or a comparison's
     elements times zero (booleans are finite)."""
@@ -1078,7 +1132,7 @@ def simplify(program):
     fresh_results = set()
     rename = {}
     parted = _products_read_in_parts(program)
-    zeros = set()   # variables zero in exact arithmetic (a log-softmax's shift's cotangent, its shares)
+    zeros = set()   # variables zero in exact arithmetic (a (log-)softmax's shift's cotangent, its shares)
     part_reads = {}   # (product id, index) -> the variable already holding that part
     out = []
     for eqn in program.eqns:
@@ -1117,7 +1171,8 @@ def simplify(program):
             eqn = step[-1]
         new.append(eqn)
         for e in new:
-            if _shift_cotangent_is_zero(e, defs) or _stays_zero(e, zeros):
+            if _shift_cotangent_is_zero(e, defs) or _softmax_shift_cotangent_is_zero(e, defs) \
+                    or _stays_zero(e, zeros):
                 zeros.add(e.outs[0].id)
         x = (_unit_divisor(eqn, fresh_results, returned) or _same_reshape(eqn, fresh_results, returned)
              or _identity_transpose(eqn, fresh_results, returned) or _plus_zero(eqn, zeros, fresh_results, returned))
