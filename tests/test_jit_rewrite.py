@@ -718,3 +718,29 @@ def test_the_shift_of_a_written_out_softmax_gets_no_cotangent():
     z32, y32 = z.astype(np.float32), y.astype(np.float32)
     got, want, _, _ = staged(f, z32, y32)
     assert_trees_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("spelling", ["sum", "dot"])
+def test_a_loss_accumulated_step_by_step_is_one_dot_product_of_the_stacked_states(spelling):
+    """loss = loss + sum(h * c[t]) (or np.dot(h, c[t])) at every step of a recurrence: the n
+    products and n - 1 adds become the stacked states dotted with c, read whole."""
+    W = 0.3 * rng.standard_normal((5, 5))
+    xs = rng.standard_normal((7, 5))
+    cs = rng.standard_normal((7, 5))
+    term = (lambda h, c: wnp.sum(h * c)) if spelling == "sum" else wnp.dot
+
+    def f(W, xs, cs):
+        h = wnp.tanh(xs[0])
+        loss = term(h, cs[0])
+        for t in range(1, 7):
+            h = wnp.tanh(W @ h + xs[t])
+            loss = loss + term(h, cs[t])
+        return loss
+
+    got, want, text, plain = staged(f, W, xs, cs, argnums=(0, 1, 2))
+    assert_trees_close(got, want)
+    def accumulating(program):   # the running sum's adds
+        return [line for line in program.splitlines() if "loss = loss" in line and "= add(" in line]
+
+    assert len(accumulating(plain)) == 6 and accumulating(text) == []
+    assert calls(text, "add_reduce") == 0 and re.search(r"= np_dot\(v\d+, v\d+\)", text)

@@ -840,8 +840,8 @@ def _sum_of_stacked_reads(eqn, defs, counts, fresh):
     return new
 
 
-# --- sums of outer products ----------------------------------------------------------------------
-_OUTER_SUM_MIN = 4   # fewer terms: their adds cost about what the stacks and the matmul do
+# --- sums of products of vectors ----------------------------------------------------------------------
+_VECTOR_PRODUCTS_MIN = 4   # fewer terms: their adds cost about what the stacks and the matmul do
 
 
 def _full_reads(vs, defs):
@@ -857,13 +857,42 @@ def _full_reads(vs, defs):
     return x, ks
 
 
-def _sums_of_outer_products(eqns, outputs, fresh):
-    """``outer(a1, b1) + outer(a2, b2) + ... + outer(an, bn)`` is ``stack(a).T @ stack(b)``: one
-    matrix product instead of n outer products and n - 1 adds of full matrices. This is what a
-    loop's backward pass builds for a weight matrix read by a matrix-vector product at every step
-    (an RNN's ``W @ h``: the cotangent of ``W`` gathers ``outer(g_t, h_t)`` over the steps, each
-    step waiting on the next). Where the ``b``'s are the rows of one array, read once each, that
-    array is the stack. The same products, summed in another order."""
+def _product_pair(eqn, out, defs, counts):
+    """``(kind, a, b)`` when ``eqn`` is a product of two vectors: ``"outer"`` for ``outer(a, b)``,
+    ``"inner"`` for ``dot(a, b)`` or ``sum(a * b)`` (the product read only there); else None."""
+    if eqn.prim is C.outer and len(out.shape) == 2:
+        kind, args = "outer", eqn.args
+    elif eqn.prim is C.dot and out.shape == ():
+        kind, args = "inner", eqn.args
+    elif eqn.prim is R.sum_ and out.shape == () and eqn.params.get("axis") is None \
+            and not eqn.params.get("keepdims", False) and type(eqn.args[0]) is Var and counts[eqn.args[0].id] == 1:
+        src = defs.get(eqn.args[0].id)
+        if src is None or src.prim is not E.multiply or src.params:
+            return None
+        kind, args = "inner", src.args
+        if len(args) != 2 or any(type(a) not in (Var, np.ndarray) or a.shape != args[0].shape for a in args):
+            return None
+    else:
+        return None
+    if eqn.params and kind == "outer" or eqn.prim is C.dot and eqn.params or len(args) != 2 \
+            or any(type(a) not in (Var, np.ndarray) or len(a.shape) != 1 or a.dtype != out.dtype for a in args):
+        return None
+    return kind, args[0], args[1]
+
+
+def _sums_of_vector_products(eqns, outputs, fresh):
+    """Sums over a loop of products of vectors, as two stacks and one call:
+
+    * ``outer(a1, b1) + ... + outer(an, bn)`` is ``stack(a).T @ stack(b)``: one matrix product
+      instead of n outer products and n - 1 adds of full matrices. A loop's backward pass builds it
+      for a weight matrix read by a matrix-vector product at every step (an RNN's ``W @ h``: the
+      cotangent of ``W`` gathers ``outer(g_t, h_t)`` over the steps, each step waiting on the next);
+    * ``dot(a1, b1) + ... + dot(an, bn)`` (or ``sum(a * b)`` terms) is the dot product of the two
+      stacks flattened: a loss accumulated step by step (``loss = loss + np.sum(h * c[t])``).
+
+    Where the ``b``'s are the rows of one array, read once each, that array is the stack; sums over
+    the same ``a``'s share one stack; constant zero terms are dropped. The same products, summed in
+    another order."""
     counts, defs = {}, {}
     for eqn in eqns:
         for v in eqn.uses:
@@ -873,32 +902,35 @@ def _sums_of_outer_products(eqns, outputs, fresh):
     for v in outputs:
         if type(v) is Var:
             counts[v.id] = counts.get(v.id, 0) + 1
-    terms = {}       # var id -> its number of outer products
+    terms = {}       # var id -> (kind, its number of products)
+    leaves = {}      # var id -> (a, b) of a product
     absorbed = set()
     for eqn in eqns:
         out = eqn.outs[0] if len(eqn.outs) == 1 else None
-        if out is None or len(out.shape) != 2 or out.dtype.kind not in "fc":
+        if out is None or len(out.shape) > 2 or out.dtype.kind not in "fc":
             continue
-        if eqn.prim is C.outer and not eqn.params and len(eqn.args) == 2 \
-                and all(type(a) in (Var, np.ndarray) and len(a.shape) == 1 and a.dtype == out.dtype
-                        for a in eqn.args):
-            terms[out.id] = 1
-        elif eqn.prim is E.add and not eqn.params and len(eqn.args) == 2 \
-                and all(type(a) is Var and a.id in terms and a.shape == out.shape and counts[a.id] == 1
-                        for a in eqn.args):
-            terms[out.id] = terms[eqn.args[0].id] + terms[eqn.args[1].id]
-            absorbed.update(a.id for a in eqn.args)
-    roots = {i for i, n in terms.items() if n >= _OUTER_SUM_MIN and i not in absorbed}
+        if eqn.prim is E.add:
+            if not eqn.params and len(eqn.args) == 2 and all(
+                    type(a) is Var and a.id in terms and a.shape == out.shape and counts[a.id] == 1 for a in eqn.args) \
+                    and terms[eqn.args[0].id][0] == terms[eqn.args[1].id][0]:
+                terms[out.id] = (terms[eqn.args[0].id][0], terms[eqn.args[0].id][1] + terms[eqn.args[1].id][1])
+                absorbed.update(a.id for a in eqn.args)
+            continue
+        pair = _product_pair(eqn, out, defs, counts)
+        if pair is not None:
+            terms[out.id] = (pair[0], 1)
+            leaves[out.id] = pair[1:]
+    roots = {i for i, (_, n) in terms.items() if n >= _VECTOR_PRODUCTS_MIN and i not in absorbed}
     if not roots:
         return eqns
-    plans = {}   # root id -> (pairs in the order to stack, the b's array or None)
+    plans = {}   # root id -> (kind, pairs in the order to stack, the b's array or None)
     for eqn in eqns:
         if eqn.outs and eqn.outs[0].id in roots:
             pairs, todo = [], [eqn]
             while todo:   # the tree's leaves, without recursion (a loop's sum is a chain of n adds)
                 e = todo.pop()
-                if e.prim is C.outer:
-                    pairs.append(tuple(e.args))
+                if e.outs[0].id in leaves:
+                    pairs.append(leaves[e.outs[0].id])
                 else:
                     todo.extend(defs[a.id] for a in reversed(e.args))
             pairs = [(a, b) for a, b in pairs if not any(type(x) is np.ndarray and not x.any() for x in (a, b))]
@@ -907,11 +939,11 @@ def _sums_of_outer_products(eqns, outputs, fresh):
             rows = _full_reads([b for _, b in pairs], defs)
             if rows is not None:   # sorted by row, the b's are that array itself
                 pairs = [p for _, p in sorted(zip(rows[1], pairs), key=lambda kp: kp[0])]
-            plans[eqn.outs[0].id] = (pairs, rows[0] if rows is not None else None)
+            plans[eqn.outs[0].id] = (terms[eqn.outs[0].id][0], pairs, rows[0] if rows is not None else None)
     # sums over the same a's (W's and U's cotangents in an RNN share the g's) share one stack, in the
     # order an array of b's fixes if one does
     order = {}
-    for pairs, b_rows in sorted(plans.values(), key=lambda plan: plan[1] is None):
+    for _, pairs, b_rows in sorted(plans.values(), key=lambda plan: plan[2] is None):
         order.setdefault(frozenset(id(a) for a, _ in pairs), [a for a, _ in pairs])
     stacked = {}
     result = []
@@ -920,7 +952,7 @@ def _sums_of_outer_products(eqns, outputs, fresh):
         if plan is None:
             result.append(eqn)
             continue
-        pairs, b_rows = plan
+        kind, pairs, b_rows = plan
         out, src = eqn.outs[0], eqn.source
         a_s = order[frozenset(id(a) for a, _ in pairs)]
         if b_rows is None:
@@ -934,11 +966,20 @@ def _sums_of_outer_products(eqns, outputs, fresh):
         key = tuple(id(a) for a in a_s)
         if key not in stacked:
             a_stack = fresh((len(a_s),) + a_s[0].shape, out.dtype)
-            a_cols = fresh(a_s[0].shape + (len(a_s),), out.dtype)
             result.append(Eqn(S.stack, tuple(a_s), {"axis": 0}, (a_stack,), _vars(*a_s), src))
+            stacked[key] = a_stack
+        a_stack = stacked[key]
+        if kind == "outer":
+            a_cols = fresh(a_stack.shape[::-1], out.dtype)
             result.append(Eqn(S.transpose, (a_stack,), {"axes": (1, 0)}, (a_cols,), (a_stack,), src))
-            stacked[key] = a_cols
-        result.append(Eqn(C.matmul, (stacked[key], b_rows), {}, eqn.outs, (stacked[key], b_rows), src))
+            result.append(Eqn(C.matmul, (a_cols, b_rows), {}, eqn.outs, (a_cols, b_rows), src))
+        else:
+            flat = []
+            for x in (a_stack, b_rows):
+                f = fresh((x.shape[0] * x.shape[1],), out.dtype)
+                result.append(Eqn(S.reshape, (x,), {"shape": f.shape}, (f,), (x,), src))
+                flat.append(f)
+            result.append(Eqn(C.dot, tuple(flat), {}, eqn.outs, tuple(flat), src))
     return result
 
 
@@ -1193,7 +1234,7 @@ def simplify(program):
         eqns = [renamed(e, rename) for e in eqns]
         outputs = [substitute(v, rename) for v in outputs]
     if contract:
-        eqns = _sums_of_outer_products(eqns, outputs, fresh)
+        eqns = _sums_of_vector_products(eqns, outputs, fresh)
     program = _ir.dce(Program(program.inputs, eqns, outputs))
     return reuse_contractions(program) if contract else program
 
