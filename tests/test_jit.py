@@ -235,6 +235,18 @@ def test_grad_of_jit_runs_the_forward_program_once_keeping_residuals():
     wg.check_grads(lambda x, w: fj(x, w)[0], (x, w))
 
 
+def test_grad_of_jit_never_batches_a_forward_step_with_a_backward_step():
+    """x * 2 in the forward pass and g * 2 (its VJP) in the backward pass look alike to the
+    vectorizing pass; batched together, the forward program would read the cotangents."""
+    def doubled(xs):
+        return [x * 2.0 for x in xs]
+    xs = [rng.normal(size=3) for _ in range(8)]
+    cts = [rng.normal(size=3) for _ in range(8)]
+    out, pull = wg.vjp(wg.jit(doubled), xs)
+    assert_trees_close(out, doubled(xs))
+    assert_trees_close(pull(cts), ([2.0 * c for c in cts],))
+
+
 # --- indices a program computes (argsort, argmax) with plain operands: the level holding them runs
 # the indexing. A constant tangent, or a Hessian's seed, is a plain array indexed by a staged index.
 def _weights(n):

@@ -439,9 +439,10 @@ def _scalar_key(x):
 class _Signatures:
     """Signatures and depths of equations, in program order; sums of many terms are flattened."""
 
-    def __init__(self, inputs, fresh):
+    def __init__(self, inputs, fresh, cut=None):
         self.fresh = fresh
-        self.key = {v.id: ("in", v.shape, v.dtype.str) for v in inputs}
+        cut = len(inputs) if cut is None else cut   # inputs on either side of the cut are never alike
+        self.key = {v.id: ("in", v.shape, v.dtype.str, k < cut) for k, v in enumerate(inputs)}
         self.depth = {v.id: 0 for v in inputs}
         self.ids = {}
         self.eqns, self.sigs, self.depths = [], [], []
@@ -519,8 +520,8 @@ def _sums(eqns, outputs):
     return inner
 
 
-def _signatures(eqns, inputs, outputs, fresh):
-    sigs = _Signatures(inputs, fresh)
+def _signatures(eqns, inputs, outputs, fresh, cut=None):
+    sigs = _Signatures(inputs, fresh, cut)
     inner = _sums(eqns, outputs)
     inner_eqns = set(inner.values())
     for k, eqn in enumerate(eqns):
@@ -917,16 +918,20 @@ class _Emitter:
         return out
 
 
-def vectorize(program, trace_type, stats=None):
+def vectorize(program, trace_type, stats=None, cut=None):
     """``program`` with its isomorphic, independent equations batched (see the module docstring).
 
     ``trace_type`` is the staging level the batching rules run on (transforms/jit.StagingTrace);
-    ``stats`` (a dict), when given, receives the equation counts before and after and the classes.
+    ``stats`` (a dict), when given, receives the equation counts before and after and the classes;
+    ``cut``, when given, splits the inputs into the first ``cut`` and the rest, whose equations
+    are never batched together: a program that _ir.split will cut there (a VJP's primals, then
+    its cotangents) must keep its forward part free of the cotangents (``x * 2`` in the forward
+    pass and ``g * 2`` in the backward pass have one signature otherwise).
     """
     fresh = _Fresh(program)
     eqns = fold_indexed_adds(program, index_add, add).eqns  # column reads' cotangents: chains of index_add
     eqns = _collapse_writes(eqns, program.outputs, fresh)
-    sigs = _signatures(eqns, program.inputs, program.outputs, fresh)
+    sigs = _signatures(eqns, program.inputs, program.outputs, fresh, cut)
     eqns = sigs.eqns
     classes = {}
     for k, sig in enumerate(sigs.sigs):

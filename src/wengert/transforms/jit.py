@@ -753,8 +753,8 @@ class Jitted:
                 outputs.append(leaf)
         return _ir.Program(trace.program_inputs, trace.eqns, outputs), out_tree
 
-    def _optimize(self, program, stats, donated=(), updates=True):
-        vectorize = functools.partial(_vectorize.vectorize, trace_type=StagingTrace, stats=stats) \
+    def _optimize(self, program, stats, donated=(), updates=True, cut=None):
+        vectorize = functools.partial(_vectorize.vectorize, trace_type=StagingTrace, stats=stats, cut=cut) \
             if self.vectorize else None
         # The passes make no reference cycles, and every object they keep outlives them: young
         # collections would only rescan those (about a seventh of the passes' time on W2 colwise)
@@ -908,7 +908,8 @@ class _Split:
         joint = Jitted(flat.run_joint, vectorize=flat.jitted.vectorize)
         _, static, leaves, treedef = joint._signature((*primals, *samples), {})
         program, _ = joint._stage(static, leaves, treedef, sources=False)
-        forward, backward = _ir.split(joint._optimize(program, {}, updates=False), len(primals), self.outputs)
+        forward, backward = _ir.split(joint._optimize(program, {}, updates=False, cut=len(primals)), len(primals),
+                                      self.outputs)
         self.forward = _compiled(_ir.in_place_updates(forward, _PRIMS, spell=_rewrite.spell), flat.__name__ + "_forward")
         self.backward = _compiled(_ir.in_place_updates(backward, _PRIMS, spell=_rewrite.spell), flat.__name__ + "_backward")
 
