@@ -416,6 +416,38 @@ def test_grid_add_matches_add_at(base):
     np.testing.assert_allclose(_vectorize._grid_add(start, values, plan), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("cover", ["all", "part"])
+def test_grid_add_into_zeros_writes_every_element(cover):
+    """A scatter into a cotangent's zeros that covers every element skips zeroing the result first;
+    one that covers part of it must still leave zeros elsewhere (the freed array below hands its
+    nan-filled memory to the next allocation of that size)."""
+    shape = (3, 4, 6)
+    k, i = np.meshgrid(np.arange(6 if cover == "all" else 3), np.arange(4), indexing="ij")  # lanes (k, i)
+    columns = [i.ravel(), (k if cover == "all" else 2 * k).ravel()]
+    values = rng.normal(size=(3, columns[0].size))
+    index = (slice(None), columns[0], columns[1])
+    plan = _vectorize._grid_add_plan(index, [1, 2], columns, shape, 1)
+    assert plan is not None
+    expected = np.zeros(shape)
+    expected[index] = values
+    for _ in range(3):
+        garbage = np.full(shape, np.nan)
+        del garbage
+        np.testing.assert_array_equal(_vectorize._grid_add(_zeros_view(shape, np.float64), values, plan), expected)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_strided_rows_of_either_memory_order(order):
+    """Rows of a lanes-first array read as a strided view of its memory, C order or Fortran order
+    (the transpose of a gather), from a row other than the first."""
+    x = np.asarray(rng.normal(size=(40, 3)), order=order)
+    k, j = np.meshgrid(np.arange(4), np.arange(5), indexing="ij")
+    rows = 3 + 8 * k + j                            # start 3, a (4, 5) grid of rows
+    view = _vectorize._strided_rows(x, 3, (4, 5), (8, 1))
+    assert np.shares_memory(view, x)
+    np.testing.assert_array_equal(view, x[rows])
+
+
 @pytest.mark.parametrize("spelling", ["loop[Buffer, np.dot]", "loop[lists+stack, np.sum(u*v)]", "loop[in-place, @]"])
 def test_seed_000_loop_becomes_matmuls_forward_and_backward(spelling):
     n, w, r, b = 8, 5, 9, 2   # a and b of different shapes: their column reads are two classes
