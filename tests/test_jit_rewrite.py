@@ -744,3 +744,45 @@ def test_a_loss_accumulated_step_by_step_is_one_dot_product_of_the_stacked_state
 
     assert len(accumulating(plain)) == 6 and accumulating(text) == []
     assert calls(text, "add_reduce") == 0 and re.search(r"= np_dot\(v\d+, v\d+\)", text)
+
+
+def views_in(text):
+    """How many lines of the program are a transpose or a reshape."""
+    return calls(text, "(?:ndarray_)?transpose") + calls(text, "T") + calls(text, "(?:ndarray_)?reshape")
+
+
+def test_a_chain_of_transposes_and_unit_reshapes_is_one_transpose_and_one_reshape():
+    """vmap moves batch axes to the front and back and adds an axis of length 1 where an operand is
+    not batched; the backward pass undoes each step. A chain of such views is at most one transpose
+    of where it starts and one reshape, sharing a transpose the program already makes; a chain whose
+    middle is read elsewhere gains no call. Values and gradients equal eager's."""
+    def chain(x):
+        y = wnp.transpose(x, (2, 0, 1))                 # (4, 2, 3)
+        y = wnp.reshape(y, (4, 1, 2, 3))
+        y = wnp.transpose(y, (0, 1, 3, 2))              # (4, 1, 3, 2)
+        y = wnp.reshape(y, (4, 3, 2))
+        y = wnp.transpose(y, (0, 2, 1))                 # (4, 2, 3): x.transpose(2, 0, 1) again
+        return wnp.sum(wnp.sin(y) * wnp.transpose(x, (2, 0, 1)))
+
+    def middle_read(x):
+        y = wnp.reshape(wnp.transpose(x, (2, 0, 1)), (4, 1, 2, 3))
+        z = wnp.transpose(y, (3, 1, 2, 0))              # (3, 1, 2, 4)
+        return wnp.sum(wnp.cos(y)) + wnp.sum(wnp.sin(z) ** 2)
+
+    x = rng.standard_normal((2, 3, 4))
+    got, want, text, plain = staged(chain, x)
+    assert_trees_close(got, want)
+    assert views_in(plain) == 11 and views_in(text) == 3   # x's transpose, and its cotangent's two
+    got, want, text, plain = staged(middle_read, x)
+    assert_trees_close(got, want)
+    assert views_in(text) <= views_in(plain)
+    w1 = wg.vmap(wg.vmap(wg.vmap(lambda u, v: wnp.dot(u, v) / wnp.sqrt(wnp.sum(u ** 2) * wnp.sum(v ** 2)),
+                                 in_axes=(1, None)), in_axes=(None, 1), out_axes=1), in_axes=(2, 2), out_axes=2)
+
+    def cosines(a, b):
+        return wnp.sum(wnp.tanh(w1(b, a)))
+
+    a, b = rng.standard_normal((5, 3, 2)), rng.standard_normal((5, 4, 2))
+    got, want, text, plain = staged(cosines, a, b, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert views_in(text) < views_in(plain) - 4

@@ -785,6 +785,55 @@ def _transpose_of_transpose(eqn, defs, counts):
     return [Eqn(S.transpose, (x,), {"axes": axes}, eqn.outs, (x,), eqn.source)]
 
 
+# --- chains of views ---------------------------------------------------------------------------------
+def _view_axes(eqn, views):
+    """For a transpose, or a reshape that only adds or drops axes of length 1, of ``y``: ``(x, axes)``
+    with ``x`` the array the chain of such views starts from and ``axes[i]`` the axis of ``x`` that
+    the result's axis ``i`` is (None for an axis of length 1). Else None."""
+    if eqn.prim not in (S.transpose, S.reshape) or len(eqn.args) != 1 or type(eqn.args[0]) is not Var:
+        return None
+    y = eqn.args[0]
+    x, axes = views.get(y.id) or (y, [i if n != 1 else None for i, n in enumerate(y.shape)])
+    out = eqn.outs[0].shape
+    if eqn.prim is S.transpose:
+        return x, [axes[a] for a in _permutation(eqn, len(y.shape))]
+    kept = [a for a, n in zip(axes, y.shape) if n != 1]
+    if [n for n in y.shape if n != 1] != [n for n in out if n != 1]:
+        return None
+    kept = iter(kept)
+    return x, [None if n == 1 else next(kept) for n in out]
+
+
+def _view_of_view(eqn, counts, fresh, views, transposes):
+    """A chain of transposes and reshapes that add or drop axes of length 1 (vmap's rules move batch
+    axes to the front and back, and add an axis where an operand is not batched; their backward
+    passes undo each step) is at most one transpose of where the chain starts and one reshape: the
+    chain is written so when that costs no more calls than it had, sharing a transpose already made."""
+    if eqn.prim not in (S.transpose, S.reshape) or type(eqn.args[0]) is not Var or eqn.args[0].id not in views:
+        return None
+    found = _view_axes(eqn, views)
+    if found is None:
+        return None
+    x, axes = found
+    out = eqn.outs[0]
+    order = tuple(a for a in axes if a is not None)
+    if order == tuple(sorted(order)):   # the axes in their order: a reshape of x (if any call)
+        perm = tuple(range(len(x.shape)))
+    else:
+        perm = order + tuple(i for i, n in enumerate(x.shape) if n == 1)
+    t = x if perm == tuple(range(len(x.shape))) else transposes.get((x.id, perm))
+    moved = tuple(x.shape[i] for i in perm)
+    if (t is None) + (moved != out.shape) > 1 and counts.get(eqn.args[0].id) != 1:
+        return None
+    if t is None and moved == out.shape:
+        return [Eqn(S.transpose, (x,), {"axes": perm}, eqn.outs, (x,), eqn.source)]
+    new = []
+    if t is None:
+        t = fresh(moved, out.dtype)
+        new.append(Eqn(S.transpose, (x,), {"axes": perm}, (t,), (x,), eqn.source))
+    return new + [Eqn(S.reshape, (t,), {"shape": out.shape}, eqn.outs, (t,), eqn.source)]
+
+
 # --- sums of stacked reads ---------------------------------------------------------------------------
 def _read_at(v, defs):
     """``(x, k)`` when ``v = x[k]`` reads one position of ``x``'s first axis, else None."""
@@ -1175,6 +1224,8 @@ def simplify(program):
     parted = _products_read_in_parts(program)
     zeros = set()   # variables zero in exact arithmetic (a (log-)softmax's shift's cotangent, its shares)
     part_reads = {}   # (product id, index) -> the variable already holding that part
+    views = {}   # var id -> (x, axes): the var is a chain of views of x (see _view_axes)
+    transposes = {}   # (x id, axes) -> the variable holding that transpose of x
     out = []
     for eqn in program.eqns:
         if rename:
@@ -1197,7 +1248,8 @@ def simplify(program):
                     or _logsumexp_of_shifted(eqn, defs, fresh) or _tie_shares(eqn, defs, counts, fresh)
                     or (_product_sum(eqn, defs, counts, fresh) if contract else None)
                     or (_batched_product_summed(eqn, defs, counts, fresh) if contract else None)
-                    or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _transpose_of_transpose(eqn, defs, counts))
+                    or _sum_of_stacked_reads(eqn, defs, counts, fresh)
+                    or _view_of_view(eqn, counts, fresh, views, transposes) or _transpose_of_transpose(eqn, defs, counts))
             if step is None:
                 break
             for v in eqn.uses:
@@ -1224,6 +1276,11 @@ def simplify(program):
         for e in new:
             for o in e.outs:
                 defs[o.id] = e
+            view = _view_axes(e, views)
+            if view is not None:
+                views[e.outs[0].id] = view
+                if e.prim is S.transpose:
+                    transposes.setdefault((e.args[0].id, _permutation(e, len(e.args[0].shape))), e.outs[0])
             if _elementwise(e):
                 fresh_results.add(e.outs[0].id)
         out.extend(new)
