@@ -771,3 +771,36 @@ def test_grad_inside_vmap_through_indices_that_differ_per_example():
             warnings.simplefilter("error")
             out = wg.vmap(lambda v: per_example(v) * 1.0)(xs)
         np.testing.assert_allclose(out, np.stack([per_example(x) for x in xs]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("spelling", ["W @ x", "np.dot(W, x)", "x @ W.T", "np.dot(x, W.T)"])
+def test_a_shared_matrix_times_batched_vectors_is_one_matrix_product(spelling):
+    """A per-example layer ``W @ x`` under vmap is ``X @ W.T``: one BLAS product for the whole
+    batch, whose gradient is two more (``G @ W`` and ``G.T @ X``), not a matmul of ``W`` with a
+    ``(B, k, 1)`` stack and a batch of outer products summed (at 784-300-100-10, batch 128, the
+    latter took 117 ms a step under jit, the former 1.8 ms). Values and gradients equal the loop's."""
+    rng = np.random.default_rng(12)
+    layer = {"W @ x": lambda W, x: W @ x, "np.dot(W, x)": lambda W, x: wnp.dot(W, x),
+             "x @ W.T": lambda W, x: x @ W.T, "np.dot(x, W.T)": lambda W, x: wnp.dot(x, W.T)}[spelling]
+
+    def per_example(W, b, x, y):
+        return wnp.sum((wnp.tanh(layer(W, x) + b) - y) ** 2)
+
+    def loss(W, b, X, Y):
+        return wnp.sum(wg.vmap(per_example, in_axes=(None, None, 0, 0))(W, b, X, Y))
+
+    def loop(W, b, X, Y):
+        return sum(per_example(W, b, X[i], Y[i]) for i in range(X.shape[0]))
+
+    W, b = rng.standard_normal((6, 5)), rng.standard_normal(6)
+    X, Y = rng.standard_normal((8, 5)), rng.standard_normal((8, 6))
+    vg = wg.jit(wg.value_and_grad(loss, argnums=(0, 1, 2)))
+    value, grads = vg(W, b, X, Y)
+    ref_value, ref_grads = wg.value_and_grad(loop, argnums=(0, 1, 2))(W, b, X, Y)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+    for g, r in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)
+    text = vg.lower(W, b, X, Y).as_text()
+    products = [line for line in text.splitlines() if "np_dot(" in line or "np_matmul(" in line or "einsum(" in line]
+    assert len(products) == 3 and all("np_dot(" in line for line in products), text
+    wg.check_grads(loss, (W, b, X, Y), order=1)

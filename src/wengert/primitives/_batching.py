@@ -476,10 +476,25 @@ def _vdot(x, y, nb):
     return matmul(first, second)
 
 
+def _vectors_times_matrix(a, b, batched, na, nb_):
+    """A shared matrix times a batched vector, ``W @ x`` (or ``x @ W``), as ``x @ W.T`` (``x @ W``):
+    one matrix product for the whole batch (BLAS gemm), where matmul of ``W`` with a ``(B, k, 1)``
+    stack runs one small product per example, and its backward pass a batch of outer products
+    summed. None for other cases."""
+    if na == 2 and nb_ == 1 and not batched[0] and batched[1]:
+        return matmul(b, transpose(a, (1, 0)))
+    if na == 1 and nb_ == 2 and batched[0] and not batched[1]:
+        return matmul(a, b)
+    return None
+
+
 def dot_rule(prim, vals, batched, params, trace):
     nb = trace.nb
     a, b = vals
     na, nb_ = ndim(a) - nb * batched[0], ndim(b) - nb * batched[1]
+    out = _vectors_times_matrix(a, b, batched, na, nb_)
+    if out is not None:
+        return out
     if na == 1 and nb_ == 1 and batched[0] and batched[1]:
         out = _vdot(a, b, nb)
         if out is not None:
@@ -528,6 +543,9 @@ def matmul_rule(prim, vals, batched, params, trace):
     na, nb_ = ndim(a) - nb * ba, ndim(b) - nb * bb
     if na == 1 and nb_ == 1:
         return _einsum_batched(vals, batched, ["i", "i"], "", nb)
+    out = _vectors_times_matrix(a, b, batched, na, nb_)
+    if out is not None:
+        return out
     squeeze_a = squeeze_b = False
     if na == 1:
         sh = tuple(shape(a))
