@@ -21,15 +21,15 @@ def calls(text, name):
     return len(re.findall(rf"= {name}\(", text))
 
 
-def staged(f, *args, argnums=0):
+def staged(f, *args, argnums=0, vectorize=True):
     """(jit's value and gradient, eager's, the program's text, the program without the rewrites)."""
     vg = wg.value_and_grad(f, argnums=argnums)
-    jitted = wg.jit(vg)
+    jitted = wg.jit(vg, vectorize=vectorize)
     text = jitted.lower(*args).as_text()
     saved = dict(_ir.PASSES)
     _ir.PASSES.update(simplify=False, spell=False)
     try:
-        plain = wg.jit(wg.value_and_grad(f, argnums=argnums)).lower(*args).as_text()
+        plain = wg.jit(wg.value_and_grad(f, argnums=argnums), vectorize=vectorize).lower(*args).as_text()
     finally:
         _ir.PASSES.update(saved)
     return jitted(*args), vg(*args), text, plain
@@ -624,13 +624,13 @@ def rnn(W, U, xs, h0):
 def test_a_recurrences_weight_cotangent_is_one_matrix_product_not_a_sum_of_outer_products(dtype):
     """W's cotangent sums outer(g_t, h_t) over the steps and U's outer(g_t, x_t): each becomes
     stack(g).T @ stack(h) and stack(g).T @ xs (the rows of xs themselves, in their order), one
-    stack of the g's for both, with the values of eager wengert. (Six steps: too few for the
-    vectorizing pass to batch U @ xs[t], which would leave U's cotangent no outer products.)"""
+    stack of the g's for both, with the values of eager wengert. (Without the vectorizing pass,
+    which batches U @ xs[t] and so leaves U's cotangent no outer products.)"""
     W = (0.3 * rng.standard_normal((6, 6))).astype(dtype)
     U = rng.standard_normal((6, 3)).astype(dtype)
     xs = rng.standard_normal((6, 3)).astype(dtype)
     h0 = rng.standard_normal(6).astype(dtype)
-    got, want, text, plain = staged(rnn, W, U, xs, h0, argnums=(0, 1))
+    got, want, text, plain = staged(rnn, W, U, xs, h0, argnums=(0, 1), vectorize=False)
     assert_trees_close(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10)
     assert got[1][0].dtype == dtype
     assert calls(plain, "outer") == 12 and calls(text, "outer") == 0
@@ -667,7 +667,7 @@ def test_an_outer_product_read_twice_keeps_the_sum_it_belongs_to():
             total = total + t
         return wnp.sum(wnp.sin(total)) + wnp.sum(terms[2] ** 2)
 
-    got, want, text, _ = staged(f, a, b, argnums=(0, 1))
+    got, want, text, _ = staged(f, a, b, argnums=(0, 1), vectorize=False)
     assert_trees_close(got, want)
     assert calls(text, "outer") >= 1
 

@@ -333,6 +333,27 @@ def test_vectorize_false_keeps_the_program_and_counts_are_reported():
     assert on.vectorized["batched"] >= 2 * N
 
 
+def test_a_short_loop_over_small_columns_is_batched_and_large_pairs_are_not():
+    """Three columns of four: the chain sin -> square -> sum is batched from two members up (each call
+    saved costs more than its arithmetic); two products of 64x64 arrays stay two calls (stacking
+    them would copy 32 KB each to save one call)."""
+    x = rng.normal(size=(4, 3))
+
+    def cols(x):
+        return wnp.sum(wnp.stack([wnp.sum(wnp.sin(x[:, i]) ** 2) for i in range(3)]) * wnp.arange(1.0, 4.0))
+
+    lowered = wg.jit(wg.value_and_grad(cols)).lower(x)
+    assert lowered.vectorized["batched"] >= 6 and _count(lowered, "sin") == 1
+    test_jit.assert_trees_close(wg.jit(wg.value_and_grad(cols))(x), wg.value_and_grad(cols)(x))
+    a, b, c = (rng.normal(size=(64, 64)) for _ in range(3))
+
+    def pair(a, b, c):
+        return wnp.sum(wnp.tanh(a * b + c))
+
+    lowered = wg.jit(wg.value_and_grad(pair, argnums=(0, 1, 2))).lower(a, b, c)
+    assert lowered.vectorized.get("batched", 0) == 0 and _count(lowered, "stack") == 0
+
+
 # --- the pass on every row of the systematic table, with classes as small as two --------------------
 @pytest.mark.parametrize("name", CASE_IDS)
 def test_every_table_row_with_small_classes_vectorized(name, monkeypatch):
