@@ -26,11 +26,12 @@ comparison of all pairs):
 3. Batching. Classes of at least ``MIN_GROUP`` equations (``MIN_GROUP_SMALL`` for small results)
    become one equation each, emitted in order of depth (longest path from the inputs: equal for a
    class, larger for anything depending on it, so the new program is in dependency order). An
-   operand that is the same for every member stays as it is; members' operands that are results of one batched class are that class's batched
-   array (gathered by position where the order differs: a strided slice when regular); reads
-   ``x[:, i, k]`` at varying integers become one read with index arrays (a slice when regular);
-   a ``stack`` of one class's results is a gather and a transpose. A result still needed on its own
-   (a consumer that was not batched, an output) is read from its batched array.
+   operand that is the same for every member stays as it is; members' operands that are results of
+   one batched class are that class's batched array (gathered by position where the order differs: a
+   strided slice when regular); reads ``x[:, i, k]`` at varying integers become one read with index
+   arrays (a slice when regular); a ``stack`` of one class's results is a gather and a transpose. A
+   result still needed on its own (a consumer that was not batched, an output) is read from its
+   batched array.
 
 Everything else keeps its equations: the pass changes which NumPy calls compute the values, never
 the values (up to the order of floating-point additions in the flattened sums).
