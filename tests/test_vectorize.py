@@ -483,6 +483,24 @@ def test_seed_000_loop_becomes_matmuls_forward_and_backward(spelling):
     fd_check(lambda a: f(a, bb, wts), (a,))
 
 
+def test_rowsums_scale_the_lanes_not_the_rows():
+    """The backward of the norms' ``x ** 2`` scales the (rows, w) columns by 2 for a grid_rowsum; with
+    more elements in the rows than lanes the 2 multiplies the lanes' cotangents instead."""
+    n, w, r, b = 4, 20, 3, 2
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.normal(size=(n, r, b))
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, np.dot]"]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    eqns = lowered.program.eqns
+    made = {o.id: e for e in eqns for o in e.outs}
+    rowsums = [e for e in eqns if e.prim.name == "grid_rowsum"]
+    assert len(rowsums) >= 4
+    scaled = [made.get(e.args[1].id) for e in rowsums]
+    assert not any(m is not None and m.prim.name == "multiply" for m in scaled)
+    assert not any(e.prim.name == "multiply" and len(e.outs[0].shape) == 2 and e.outs[0].shape[1] == w for e in eqns)
+    fd_check(lambda a: f(a, bb, wts), (a,))
+
+
 def test_rowsum_plan_against_a_loop():
     r = np.random.default_rng(5)
     k, j, i = np.meshgrid(np.arange(3), np.arange(4), np.arange(5), indexing="ij")

@@ -967,7 +967,7 @@ def vectorize(program, trace_type, stats=None, cut=None):
             if type(v) is Var:
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
-        result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
+        result = scale_lanes_not_rows(contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh), fresh)
         result = _shared_indices(scatters_into_zeros_as_views(repeated_rows_as_views(narrow_lanes(result, fresh), fresh)))
         result = fold_constants(compose_reads(result))
     if stats is not None:
@@ -1292,6 +1292,50 @@ def _rowsum_plan(gidx, ridx, groups):
                  nc=size(contracted), presum=len(presum), split=tuple(grid[a] for a in split),
                  perm=tuple(split.index(a) for a in sorted(split)) + (len(split),), rows=size(kept), kept=tuple(kept),
                  grid=tuple(grid), steps=steps)
+
+
+def _scalar_factor(eqn, dtype):
+    """(c, x) when ``eqn`` is ``multiply(c, x)`` (either order) of a Var x and a scalar constant c
+    that keeps x's dtype (a Python number, or a NumPy scalar of that dtype), else None."""
+    if eqn.prim.name != "multiply" or len(eqn.args) != 2 or eqn.params:
+        return None
+    for c, x in (eqn.args, eqn.args[::-1]):
+        t = type(c)
+        if type(x) is Var and x.dtype == dtype and (t is int or t is float or (isinstance(c, np.generic)
+                                                                            and c.dtype == dtype)):
+            return c, x
+    return None
+
+
+def scale_lanes_not_rows(program, fresh):
+    """``grid_rowsum(g, c * x)`` as ``grid_rowsum(c * g, x)`` where ``c * x`` is read only there and g
+    (a scalar per lane) has fewer elements than the rows: the backward of ``x ** 2`` scales the
+    (rows, w) operand by 2, here the lanes' cotangents are scaled instead (W1: 1024 lanes, not 256
+    rows of 64)."""
+    producers = producers_of(program)
+    count = {}
+    for eqn in program.eqns:
+        for v in eqn.uses:
+            count[v.id] = count.get(v.id, 0) + 1
+    for v in program.outputs:
+        if type(v) is Var:
+            count[v.id] = count.get(v.id, 0) + 2
+    out, changed = [], False
+    for eqn in program.eqns:
+        if eqn.prim is GRID_ROWSUM:
+            g, s = eqn.args
+            made = producers.get(s.id) if type(s) is Var and type(g) is Var and count.get(s.id) == 1 else None
+            found = None if made is None else _scalar_factor(made, s.dtype)
+            if found is not None and g.dtype == s.dtype and found[1].shape == s.shape \
+                    and int(np.prod(g.shape, dtype=np.int64)) < int(np.prod(s.shape, dtype=np.int64)):
+                c, x = found
+                scaled = fresh(g.shape, g.dtype)
+                out.append(_eqn(multiply, (c, g), {}, (scaled,), made.source))
+                out.append(_eqn(GRID_ROWSUM, (scaled, x), eqn.params, eqn.outs, eqn.source))
+                changed = True
+                continue
+        out.append(eqn)
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
 
 
 def _lane_column(v, producers, n):
