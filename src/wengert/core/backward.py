@@ -173,7 +173,7 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                     g = np.array(g)
                 for (position, parent), c in zip(parents, prim.owned_vjp(g, ans, args, params, parents)):
                     if c is not None:
-                        if inline and cts[parent] is None and type(c) is _ndarray:
+                        if inline and cts[parent] is None and type(c) is not tuple and type(c) is not _Select:
                             cts[parent] = c   # a first contribution, stored as it is (owned if it is g)
                             if c is g:
                                 owned[parent] = 1

@@ -199,6 +199,7 @@ def _calibrate():
 
 
 _ALONE = _calibrate()
+_getrefcount = sys.getrefcount
 
 
 def write_in_place(x, index, value, write_prim):
@@ -210,16 +211,25 @@ def write_in_place(x, index, value, write_prim):
         return trace.write(x, index, value)
     if trace.observe is not None:   # watched by an engine observer (the profiler's detailed call)
         return trace.observe.recorder(trace, _record_write, (x, index, value, write_prim))
-    return _record_write(x, index, value, write_prim)
+    # _record_write's fast path, written out (the loop ``out[i] = v``)
+    array = x.value
+    if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _ALONE + 1:
+        ours = type(value) is Tracer and value._trace is trace
+        plain_value = value.value if ours else value
+        if type(plain_value) is not Tracer:
+            _write_and_record(trace, x, index, value, plain_value, ours, write_prim)
+            return
+    return _checked_write(x, index, value, write_prim)
 
 
 def _record_write(x, index, value, write_prim):
     trace = x._trace
     array = x.value
-    if type(array) is np.ndarray and array.base is None and _references(x) == _ALONE + 1:
-        # Only x holds this memory (the one more reference is ``array`` above): no view of it exists
-        # and no tape entry kept it, so the write can neither make a view stale nor change what a
-        # rule saved, and it is not an input's. Nothing to scan or check (the loop ``out[i] = v``).
+    if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _ALONE + 1:
+        # Only x holds this memory (the one more reference is ``array`` above; ``_references``
+        # counts the same way): no view of it exists and no tape entry kept it, so the write can
+        # neither make a view stale nor change what a rule saved, and it is not an input's. Nothing
+        # to scan or check (the loop ``out[i] = v``).
         ours = type(value) is Tracer and value._trace is trace
         plain_value = value.value if ours else value
         if type(plain_value) is not Tracer:

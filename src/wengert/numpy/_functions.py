@@ -139,6 +139,9 @@ def clip(a, a_min=_NO_VALUE, a_max=_NO_VALUE, out=None, *, min=_NO_VALUE, max=_N
 # --- reductions ----------------------------------------------------------------------------------
 @traceable(np.sum)
 def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NO_VALUE, where=_NO_VALUE):  # noqa: A001
+    if axis is None and dtype is None and keepdims is False and type(a) is Tracer and out is None \
+            and initial is _NO_VALUE and where is _NO_VALUE and R.sum_.rewrite is None:
+        return _bind(R.sum_, (a,), {"axis": None, "keepdims": False})   # np.sum(u * v): the hot case
     if out is not None or initial is not _NO_VALUE or where is not _NO_VALUE:
         _unsupported("sum", out=out, initial=initial, where=where)
     if dtype is not None:
@@ -303,6 +306,11 @@ def vdot(a, b, /):
 
 @traceable(np.inner)
 def inner(a, b, /):
+    if type(a) is Tracer and type(b) is Tracer and C.dot.rewrite is None:
+        va, vb = a.value, b.value   # two traced vectors (the hot case of per-column loops): np.dot's
+        if type(va) is np.ndarray and type(vb) is np.ndarray and va.ndim == 1 and vb.ndim == 1 \
+                and not a._trace.hidden_axes and not b._trace.hidden_axes:
+            return _bind(C.dot, (a, b), {})
     a, b = as_traced_operand(a), as_traced_operand(b)
     na, nb = _ndim(a), _ndim(b)
     if na == 0 or nb == 0:

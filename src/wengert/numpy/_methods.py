@@ -13,10 +13,9 @@ import sys
 
 import numpy as np
 
-from ..core.backward import is_plain_basic
 from ..core.errors import NoDerivativeError
 from ..core.mutation import check_not_stale, stale_guard, write_in_place
-from ..core.trace import SMALL, Metadata, Tracer, bind, make_tracer, unbox
+from ..core.trace import SMALL, Metadata, Tracer, bind, unbox
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
 from ..primitives import shape as S
@@ -44,6 +43,9 @@ def build_dispatch_tables(namespace, numpy_module, prefix=""):
             FUNCTIONS[original] = fn
 
 
+_new = object.__new__   # a tracer without __init__ (as core's make_tracer builds one)
+
+
 def clean_index(index):
     """Indices are never differentiated: read traced values (and lists) as plain arrays."""
     if type(index) is tuple:
@@ -57,7 +59,13 @@ def clean_index(index):
 
 def _getitem(self, index):
     """``x[index]``: the hot path of per-column loops, recorded here without the generic ``bind``."""
-    if not is_plain_basic(index):   # ints and slices need no cleaning
+    kind = type(index)   # is_plain_basic, written out: ints and slices need no cleaning
+    if kind is tuple:
+        for i in index:
+            if type(i) is not int and type(i) is not slice:
+                index = clean_index(index)
+                break
+    elif kind is not int and kind is not slice:
         index = clean_index(index)
     trace = self._trace
     value = self.value
@@ -76,14 +84,23 @@ def _getitem(self, index):
             kept = self.aux = Metadata(value)
     else:
         kept = value
-    out = make_tracer(value[index], trace, len(tape))   # indexed first: an IndexError records nothing
+    out = _new(Tracer)   # make_tracer, written out
+    out.value = value[index]   # indexed first: an IndexError records nothing
+    out._trace = trace
+    out.index = len(tape)
     tape.append((S.getitem, [kept], None, {"index": index}, ((0, self.index),)))
     return out
 
 
 def _setitem(self, index, value):
     """``x[index] = value``: NumPy's meaning, recorded as one write (``core/mutation.py``)."""
-    if not is_plain_basic(index):   # ints and slices need no cleaning
+    kind = type(index)   # is_plain_basic, written out: ints and slices need no cleaning
+    if kind is tuple:
+        for i in index:
+            if type(i) is not int and type(i) is not slice:
+                index = clean_index(index)
+                break
+    elif kind is not int and kind is not slice:
         index = clean_index(index)
     write_in_place(self, index, value, write)
 
@@ -289,8 +306,15 @@ def install(wnp):
     def matmul_op(self, other):
         """``a @ b``: two traced operands of one or more dimensions go straight to the primitive
         (the hot operation of per-column loops); everything else through ``wnp.matmul``'s checks."""
-        if type(other) is Tracer and len(self.shape) and len(other.shape):
-            return bind(C.matmul, (self, other), {}) if C.matmul.rewrite is None else C.matmul(self, other)
+        if type(other) is Tracer:
+            va, vb = self.value, other.value
+            if type(va) is np.ndarray and type(vb) is np.ndarray and not self._trace.hidden_axes \
+                    and not other._trace.hidden_axes:
+                operands = va.ndim and vb.ndim   # arrays of a tape: their ndim is the operands' own
+            else:
+                operands = len(self.shape) and len(other.shape)
+            if operands:
+                return bind(C.matmul, (self, other), {}) if C.matmul.rewrite is None else C.matmul(self, other)
         return wnp.matmul(self, other)
 
     T.__matmul__ = matmul_op
