@@ -786,3 +786,23 @@ def test_a_chain_of_transposes_and_unit_reshapes_is_one_transpose_and_one_reshap
     got, want, text, plain = staged(cosines, a, b, argnums=(0, 1))
     assert_trees_close(got, want)
     assert views_in(text) < views_in(plain) - 4
+
+
+def test_a_matrix_product_over_one_element_is_a_broadcast_product():
+    """The VJP of a batched matrix-vector product gives the matrices' cotangent as a stack of outer
+    products, matmul of (B, m, 1) and (B, 1, k): that is the broadcast product, without one tiny
+    matrix product per item. A product over more than one element stays a matmul."""
+    def f(Ms, vs):
+        return wnp.sum(wnp.tanh(wg.vmap(lambda M, v: M @ v, in_axes=(0, 1))(Ms, vs)))
+
+    def g(Ms, Ns):
+        return wnp.sum(wnp.tanh(Ms @ Ns))
+
+    Ms, vs = rng.standard_normal((7, 4, 5)), rng.standard_normal((5, 7))
+    got, want, text, plain = staged(f, Ms, vs, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(plain, "matmul") == 3 and calls(text, "np_matmul") == 2
+    assert re.search(r"= multiply\(v\d+, v\d+\)[^#\n]*# backward of matmul", text)
+    got, want, text, plain = staged(g, Ms, rng.standard_normal((7, 5, 2)), argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "np_matmul") == 3
