@@ -806,3 +806,21 @@ def test_a_matrix_product_over_one_element_is_a_broadcast_product():
     got, want, text, plain = staged(g, Ms, rng.standard_normal((7, 5, 2)), argnums=(0, 1))
     assert_trees_close(got, want)
     assert calls(text, "np_matmul") == 3
+
+
+def test_the_transpose_of_a_product_of_a_transpose_is_one_product():
+    """``(x.T @ g).T`` (W's cotangent in a vmapped ``W @ x``, which runs as ``X @ W.T``) is
+    ``g.T @ x``: one transpose fewer, with eager's values. A product read elsewhere too is kept."""
+    def f(W, X):
+        return wnp.sum(wnp.tanh(wg.vmap(lambda x: W @ x)(X)))
+
+    def read_twice(A, B):
+        P = A.T @ B
+        return wnp.sum(wnp.sin(P.T)) + wnp.sum(P ** 2)
+
+    W, X = rng.standard_normal((6, 5)), rng.standard_normal((8, 5))
+    got, want, text, plain = staged(f, W, X, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(plain, "transpose") == 4 and views_in(text) == 2   # W.T, and g.T for W's cotangent
+    got, want, text, plain = staged(read_twice, X, rng.standard_normal((8, 3)), argnums=(0, 1))
+    assert_trees_close(got, want)

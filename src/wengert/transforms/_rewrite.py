@@ -803,6 +803,28 @@ def _product_over_one(eqn):
     return [Eqn(E.multiply, (a, b), {}, eqn.outs, _vars(a, b), eqn.source)]
 
 
+# --- transposes of matrix products -----------------------------------------------------------------
+def _transpose_of_product(eqn, defs, counts, fresh):
+    """``(p @ q).T`` is ``q.T @ p.T``, and when ``p`` is ``a.T``, ``q.T @ a``: two calls instead of
+    three (a weight's cotangent ``(x.T @ g).T`` in a vmapped ``W @ x``)."""
+    if eqn.prim is not S.transpose or type(eqn.args[0]) is not Var or len(eqn.args[0].shape) != 2 \
+            or _permutation(eqn, 2) != (1, 0) or counts.get(eqn.args[0].id) != 1:
+        return None
+    prod = defs.get(eqn.args[0].id)
+    if prod is None or prod.prim not in (C.dot, C.matmul) or prod.params or len(prod.args) != 2 \
+            or not all(type(x) is Var and len(x.shape) == 2 for x in prod.args):
+        return None
+    p, q = prod.args
+    inner = defs.get(p.id)
+    if inner is None or inner.prim is not S.transpose or type(inner.args[0]) is not Var \
+            or _permutation(inner, 2) != (1, 0):
+        return None
+    a = inner.args[0]
+    qt = fresh(q.shape[::-1], q.dtype)
+    return [Eqn(S.transpose, (q,), {"axes": (1, 0)}, (qt,), (q,), eqn.source),
+            Eqn(prod.prim, (qt, a), {}, eqn.outs, (qt, a), eqn.source)]
+
+
 # --- chains of views ---------------------------------------------------------------------------------
 def _view_axes(eqn, views):
     """For a transpose, or a reshape that only adds or drops axes of length 1, of ``y``: ``(x, axes)``
@@ -1267,6 +1289,7 @@ def simplify(program):
                     or (_product_sum(eqn, defs, counts, fresh) if contract else None)
                     or (_batched_product_summed(eqn, defs, counts, fresh) if contract else None)
                     or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _product_over_one(eqn)
+                    or _transpose_of_product(eqn, defs, counts, fresh)
                     or _view_of_view(eqn, counts, fresh, views, transposes) or _transpose_of_transpose(eqn, defs, counts))
             if step is None:
                 break
