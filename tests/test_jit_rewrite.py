@@ -824,3 +824,26 @@ def test_the_transpose_of_a_product_of_a_transpose_is_one_product():
     assert calls(plain, "transpose") == 4 and views_in(text) == 2   # W.T, and g.T for W's cotangent
     got, want, text, plain = staged(read_twice, X, rng.standard_normal((8, 3)), argnums=(0, 1))
     assert_trees_close(got, want)
+
+
+def test_per_example_gradients_multiply_the_shared_weights_once():
+    """``vmap(grad(f))`` broadcasts the parameters to the batch (each example gets its own
+    gradient), so ``W @ x`` per example multiplies a stack of copies of W, one small product per
+    item. Under jit that is ``X @ W.T`` (and ``G @ W`` backward): no 3-D matmul is left, only the
+    per-example outer products, as broadcast products. Equal to eager's per-example gradients and
+    to a loop of gradients."""
+    def loss(params, x, y):
+        W1, b1, W2 = params
+        h = wnp.tanh(W1 @ x + b1)
+        return wnp.sum((W2 @ h - y) ** 2)
+
+    params = (rng.standard_normal((8, 5)), rng.standard_normal(8), rng.standard_normal((3, 8)))
+    X, Y = rng.standard_normal((6, 5)), rng.standard_normal((6, 3))
+    per_example = wg.vmap(wg.grad(loss), in_axes=(None, 0, 0))
+    jitted = wg.jit(per_example)
+    got = jitted(params, X, Y)
+    assert_trees_close(got, per_example(params, X, Y))
+    for i in range(6):
+        assert_trees_close(tuple(g[i] for g in got), wg.grad(loss)(params, X[i], Y[i]))
+    text = jitted.lower(params, X, Y).as_text()
+    assert calls(text, "np_matmul") == 0 and calls(text, "np_dot") == 3 and calls(text, "broadcast_to") == 0, text

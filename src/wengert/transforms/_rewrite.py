@@ -803,6 +803,45 @@ def _product_over_one(eqn):
     return [Eqn(E.multiply, (a, b), {}, eqn.outs, _vars(a, b), eqn.source)]
 
 
+# --- a shared matrix times a stack of vectors -----------------------------------------------------------
+def _shared_matrix_times_vectors(eqn, defs, fresh):
+    """``matmul(broadcast_to(M, (B, m, k)), v)`` with ``v`` of shape ``(B, k, 1)`` (or the broadcast
+    transposed, ``M.T`` per item) is ``(v[:, :, 0] @ M.T)[:, :, None]``: one matrix product for the
+    stack instead of one small product per item. ``vmap(grad(f))`` broadcasts the parameters to the
+    batch (each example has its own gradient), so a per-example ``W @ x`` multiplies copies of W."""
+    if eqn.prim is not C.matmul or eqn.params or len(eqn.args) != 2 or not all(type(x) is Var for x in eqn.args):
+        return None
+    a, v = eqn.args
+    out = eqn.outs[0]
+    if len(a.shape) != 3 or len(v.shape) != 3 or v.shape[2] != 1 or v.shape[0] != a.shape[0] \
+            or out.shape != (a.shape[0], a.shape[1], 1) or not (a.dtype == v.dtype == out.dtype):
+        return None
+    src, flipped = defs.get(a.id), False
+    if src is not None and src.prim is S.transpose and type(src.args[0]) is Var \
+            and _permutation(src, 3) == (0, 2, 1):
+        src, flipped = defs.get(src.args[0].id), True
+    if src is None or src.prim is not S.broadcast_to or type(src.args[0]) not in (Var, np.ndarray):
+        return None
+    m = src.args[0]
+    if len(m.shape) != 2 or m.dtype != out.dtype or (m.shape[::-1] if flipped else m.shape) != a.shape[1:]:
+        return None
+    new = []
+    if flipped:
+        mt = m
+    else:
+        mt = fresh(m.shape[::-1], m.dtype)
+        new.append(Eqn(S.transpose, (m,), {"axes": (1, 0)}, (mt,), _vars(m), eqn.source))
+    y = fresh(out.shape[:2], out.dtype)
+    made = defs.get(v.id)
+    if made is not None and made.prim is S.reshape and type(made.args[0]) is Var and made.args[0].shape == v.shape[:2]:
+        x = made.args[0]   # the vectors before they were made (B, k, 1)
+    else:
+        x = fresh(v.shape[:2], v.dtype)
+        new.append(Eqn(S.reshape, (v,), {"shape": x.shape}, (x,), (v,), eqn.source))
+    return new + [Eqn(C.dot, (x, mt), {}, (y,), _vars(x, mt), eqn.source),
+                  Eqn(S.reshape, (y,), {"shape": out.shape}, eqn.outs, (y,), eqn.source)]
+
+
 # --- transposes of matrix products -----------------------------------------------------------------
 def _transpose_of_product(eqn, defs, counts, fresh):
     """``(p @ q).T`` is ``q.T @ p.T``, and when ``p`` is ``a.T``, ``q.T @ a``: two calls instead of
@@ -1289,7 +1328,7 @@ def simplify(program):
                     or (_product_sum(eqn, defs, counts, fresh) if contract else None)
                     or (_batched_product_summed(eqn, defs, counts, fresh) if contract else None)
                     or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _product_over_one(eqn)
-                    or _transpose_of_product(eqn, defs, counts, fresh)
+                    or _transpose_of_product(eqn, defs, counts, fresh) or _shared_matrix_times_vectors(eqn, defs, fresh)
                     or _view_of_view(eqn, counts, fresh, views, transposes) or _transpose_of_transpose(eqn, defs, counts))
             if step is None:
                 break
