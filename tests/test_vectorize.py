@@ -501,6 +501,24 @@ def test_rowsums_scale_the_lanes_not_the_rows():
     fd_check(lambda a: f(a, bb, wts), (a,))
 
 
+def test_a_norm_as_the_dot_of_a_column_with_itself_contracts_its_cotangent_per_column():
+    """The backward of ``np.dot(u, u)`` sums u's two cotangents (a class's rows summed per lane); added to
+    the cosine's dot cotangent before the scatter, each term is still one grid_rowsum per column: no
+    (lanes, w) products are formed."""
+    n, w, r, b = 8, 5, 9, 2
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.normal(size=(n, r, b))
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, np.dot, np.sqrt(np.dot(u, u))]"]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    eqns = lowered.program.eqns
+    assert _count(lowered, "grid_rowsum") == 4
+    assert not any(e.prim.name == "multiply" and len(e.outs[0].shape) >= 2 and e.outs[0].shape[-1] == w
+                   and np.prod(e.outs[0].shape[:-1]) == n * r * b for e in eqns)
+    assert not any(e.prim.name == "grid_rowsum" and e.outs[0].shape[0] == n * r * b for e in eqns)
+    fd_check(lambda a: f(a, bb, wts), (a,))
+    fd_check(lambda bb: f(a, bb, wts), (bb,))
+
+
 def test_rowsum_plan_against_a_loop():
     r = np.random.default_rng(5)
     k, j, i = np.meshgrid(np.arange(3), np.arange(4), np.arange(5), indexing="ij")

@@ -1363,39 +1363,58 @@ def _lane_column(v, producers, n):
     return g, np.arange(n)
 
 
+def _entries(lanes, per):
+    """The products of the rows ``lanes`` of a sum of lane products with ``per`` products a row, in order."""
+    return (np.asarray(lanes)[:, None] * per + np.arange(per)).reshape(-1)
+
+
 def _lane_terms(v, producers, n):
-    """``v`` (n, w) as a sum of lane products ``g[gidx] * s[ridx]``: [(g, gidx, s, ridx)], or None."""
+    """``v`` (n, w) as a sum of lane products: [(g, gidx, s, ridx, per)], row q of v summing the
+    ``per`` products ``g[gidx[e]] * s[ridx[e]]`` for e in q*per .. q*per+per-1 (per is 1 but where
+    v sums a class's rows per group, as the backward of ``np.dot(u, u)`` sums u's two cotangents)."""
     eqn = producers.get(v.id)
     if eqn is None:
         return None
     if eqn.prim is add and len(eqn.args) == 2 and all(type(a) is Var and a.shape == v.shape for a in eqn.args):
         left, right = (_lane_terms(a, producers, n) for a in eqn.args)
         return None if left is None or right is None else left + right
+    if eqn.prim is sum_:   # sum(reshape(V[lanes], (n, r, w)), axis=1): each term of V, r rows per row
+        found = _grouped_rows(eqn, producers)
+        if found is None or found[3] != v.shape:
+            return None
+        inner, lanes = found[0], found[1]
+        terms = _lane_terms(inner, producers, inner.shape[0]) if len(inner.shape) == 2 else None
+        if terms is None:
+            return None
+        r = len(lanes) // n
+        return [(g, gidx[_entries(lanes, per)], s, ridx[_entries(lanes, per)], per * r)
+                for g, gidx, s, ridx, per in terms]
     if eqn.prim.name != "multiply" or len(eqn.args) != 2 or not all(type(a) is Var for a in eqn.args):
         return None
     for col, row in (eqn.args, eqn.args[::-1]):
         found = _lane_column(col, producers, n)
         if found is not None and row.shape == v.shape and row.dtype == v.dtype == found[0].dtype:
             source, rows = _lane_rows(row, producers, n)
-            return [(found[0], found[1], source, rows)]
+            return [(found[0], found[1], source, rows, 1)]
     return None
 
 
 def _rowsum_eqns(eqn, terms, lanes, groups, shape, fresh):
     """``eqn`` (a per-group sum of ``terms``, see ``_grouped_rows``) as one ``_grid_rowsum`` per term
     and their sum (then, for a scatter, one GRID_ADD of the groups' rows), or None."""
-    plans = [_rowsum_plan(gidx[lanes], ridx[lanes], groups) for _, gidx, _, ridx in terms]
+    plans = [_rowsum_plan(gidx[_entries(lanes, per)], ridx[_entries(lanes, per)],
+                          [np.repeat(gr, per) for gr in groups]) for _, gidx, _, ridx, per in terms]
     if any(p is None for p in plans):
         return None
     w = terms[0][2].shape[1:]
     rows = (plans[0].rows,) + w
     dtype = eqn.outs[0].dtype
     if (shape is not None and rows != shape) or any(p.rows != plans[0].rows for p in plans) \
-            or any(s.shape[1:] != w or s.dtype != dtype or g.dtype != dtype for g, _, s, _ in terms):
+            or any(s.shape[1:] != w or s.dtype != dtype or g.dtype != dtype for g, _, s, _, _ in terms):
         return None
     total = eqn.outs[0] if shape is not None else fresh(rows, dtype)
     made, acc = [], None
-    for k, ((g, _, s, _), plan) in enumerate(zip(terms, plans)):
+    for k, ((g, _, s, _, _), plan) in enumerate(zip(terms, plans)):
         last = k == len(terms) - 1
         part = total if last and acc is None else fresh(rows, dtype)
         made.append(_eqn(GRID_ROWSUM, (g, s), {"plan": plan}, (part,), eqn.source))
