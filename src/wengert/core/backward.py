@@ -190,10 +190,22 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                     else:
                         accumulate(cts, owned, parent, c)
             continue
-        if prim.indexed_read is not None and inline and type(g) is _ndarray and prim._vjp[0] is prim.indexed_read \
-                and is_plain_basic(params["index"]):
-            # x[index] read in a loop: g added at index into x's buffer, as _add_at would (a view)
+        if prim.indexed_read is not None and inline and type(g) is _ndarray and prim._vjp[0] is prim.indexed_read:
+            # x[index] read in a loop: g added at index into x's buffer, as _add_at would (a view),
+            # for an index of ints and slices (is_plain_basic, written out)
             index = params["index"]
+            kind = type(index)
+            if kind is tuple:
+                plain = True
+                for k in index:
+                    if type(k) is not int and type(k) is not slice:
+                        plain = False
+                        break
+            else:
+                plain = kind is int or kind is slice
+        else:
+            plain = False
+        if plain:
             parent = parents[0][1]
             old = cts[parent]
             if old is None:

@@ -222,6 +222,42 @@ def write_in_place(x, index, value, write_prim):
     return _checked_write(x, index, value, write_prim)
 
 
+def setitem_method(clean_index, write_prim):
+    """``Tracer.__setitem__``: ``x[index] = value`` with ``write_prim`` as its tape entry, the index
+    cleaned by ``clean_index`` unless it is ints and slices. The loop ``out[i] = v`` (a tape, only
+    the tracer holds the array) writes and records in this one frame; everything else goes
+    through ``write_in_place``."""
+    def setitem(x, index, value):
+        kind = type(index)   # is_plain_basic, written out: ints and slices need no cleaning
+        if kind is tuple:
+            for i in index:
+                if type(i) is not int and type(i) is not slice:
+                    index = clean_index(index)
+                    break
+        elif kind is not int and kind is not slice:
+            index = clean_index(index)
+        trace = x._trace
+        array = x.value
+        if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _ALONE + 1 \
+                and trace.alive and not trace.computes and trace.observe is None:
+            # write_in_place's fast path (see _record_write): nothing to scan or check
+            ours = type(value) is Tracer and value._trace is trace
+            plain_value = value.value if ours else value
+            kind = type(plain_value)
+            if kind is not Tracer:
+                array[index] = plain_value
+                shape = plain_value.shape if kind is np.ndarray or isinstance(plain_value, np.generic) \
+                    else np.shape(plain_value)
+                tape = trace.tape
+                last = len(tape)
+                tape.append((write_prim, [None, None], None, {"index": index, "value_shape": shape},
+                             ((0, x.index), (1, value.index)) if ours else ((0, x.index),)))
+                x.index = last
+                return
+        write_in_place(x, index, value, write_prim)
+    return setitem
+
+
 def _record_write(x, index, value, write_prim):
     trace = x._trace
     array = x.value

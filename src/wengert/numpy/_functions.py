@@ -13,6 +13,8 @@ import numpy as np
 import opt_einsum
 
 from ..core.errors import NoDerivativeError
+from ..core.mutation import check_not_stale as _check_not_stale
+from ..core.mutation import stale_guard as _stale_guard
 from ..core.namespace import is_foreign as _is_foreign
 from ..core.namespace import refuse_data_dependent as _refuse_data_dependent
 from ..core.trace import Tracer, unbox
@@ -266,10 +268,47 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 
 
 # --- products and contractions -------------------------------------------------------------------
+def _record_plain_product(prim, a, b, va, vb):
+    """``a @ b`` or ``np.dot(a, b)`` (``prim``) on two tracers of one tape whose values ``va``, ``vb``
+    are NumPy arrays (for ``@``, of one or two dimensions, where it is ``np.dot``): the product of
+    per-column loops, computed and recorded without bind's generic steps. None where bind's are
+    needed (another level, a guard other than the stale-view check, a rewrite hook, or an entry
+    that keeps less than both operands)."""
+    trace = a._trace
+    if b._trace is not trace or prim.rewrite is not None:
+        return None
+    guard = trace.guard
+    if guard is not None:
+        if guard is not _stale_guard or trace.observe is not None:
+            return None
+        last = trace.last_write   # _stale_guard, inlined: a tape with in-place writes
+        if a.index < last or b.index < last:
+            _check_not_stale(trace, (a, b), prim)
+    plans = prim.plans
+    if plans is None or prim.arity != 2:
+        return None
+    plan = plans.get(3) or prim.plan(3)
+    if plan[1] is not None:
+        return None
+    ans = np.dot(va, vb)
+    tape = trace.tape
+    out = object.__new__(Tracer)   # make_tracer, written out
+    out.value = ans
+    out._trace = trace
+    out.index = len(tape)
+    tape.append((prim, [va, vb], ans if plan[0] else None, {}, ((0, a.index), (1, b.index))))
+    return out
+
+
 def dot(a, b, out=None):
     """``np.dot``; on two traced arrays it goes straight to the primitive (a hot path in loops)."""
     if type(a) is Tracer:
         if type(b) is Tracer and out is None:
+            va, vb = a.value, b.value
+            if type(va) is np.ndarray and type(vb) is np.ndarray and not a._trace.hidden_axes:
+                product = _record_plain_product(C.dot, a, b, va, vb)
+                if product is not None:
+                    return product
             return _bind(C.dot, (a, b), {}) if C.dot.rewrite is None else C.dot(a, b)
     elif type(b) is not Tracer:
         return np.dot(a, b, out)
@@ -310,7 +349,8 @@ def inner(a, b, /):
         va, vb = a.value, b.value   # two traced vectors (the hot case of per-column loops): np.dot's
         if type(va) is np.ndarray and type(vb) is np.ndarray and va.ndim == 1 and vb.ndim == 1 \
                 and not a._trace.hidden_axes and not b._trace.hidden_axes:
-            return _bind(C.dot, (a, b), {})
+            product = _record_plain_product(C.dot, a, b, va, vb)
+            return _bind(C.dot, (a, b), {}) if product is None else product
     a, b = as_traced_operand(a), as_traced_operand(b)
     na, nb = _ndim(a), _ndim(b)
     if na == 0 or nb == 0:

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from ..core.errors import NoDerivativeError
-from ..core.mutation import check_not_stale, stale_guard, write_in_place
+from ..core.mutation import check_not_stale, setitem_method, stale_guard
 from ..core.trace import SMALL, Metadata, Tracer, bind, unbox
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
@@ -23,6 +23,7 @@ from ..primitives.scatter import write
 from ..primitives._batching import concrete
 from ..primitives._table import nondiff, unbox_all
 from . import _compositions
+from ._functions import _record_plain_product
 from ._conversions import array_refusal, check_number
 
 UFUNCS = {}
@@ -90,19 +91,6 @@ def _getitem(self, index):
     out.index = len(tape)
     tape.append((S.getitem, [kept], None, {"index": index}, ((0, self.index),)))
     return out
-
-
-def _setitem(self, index, value):
-    """``x[index] = value``: NumPy's meaning, recorded as one write (``core/mutation.py``)."""
-    kind = type(index)   # is_plain_basic, written out: ints and slices need no cleaning
-    if kind is tuple:
-        for i in index:
-            if type(i) is not int and type(i) is not slice:
-                index = clean_index(index)
-                break
-    elif kind is not int and kind is not slice:
-        index = clean_index(index)
-    write_in_place(self, index, value, write)
 
 
 def _len(self):
@@ -310,7 +298,12 @@ def install(wnp):
             va, vb = self.value, other.value
             if type(va) is np.ndarray and type(vb) is np.ndarray and not self._trace.hidden_axes \
                     and not other._trace.hidden_axes:
-                operands = va.ndim and vb.ndim   # arrays of a tape: their ndim is the operands' own
+                na, nb = va.ndim, vb.ndim   # arrays of a tape: their ndim is the operands' own
+                if na and nb and na <= 2 and nb <= 2:
+                    out = _record_plain_product(C.matmul, self, other, va, vb)
+                    if out is not None:
+                        return out
+                operands = na and nb
             else:
                 operands = len(self.shape) and len(other.shape)
             if operands:
@@ -327,7 +320,7 @@ def install(wnp):
     T.__hash__ = None
 
     T.__getitem__ = _getitem
-    T.__setitem__ = _setitem
+    T.__setitem__ = setitem_method(clean_index, write)
     T.__len__ = _len
     T.__iter__ = _iter
     T.__float__ = _float
