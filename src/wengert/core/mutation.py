@@ -210,15 +210,7 @@ def write_in_place(x, index, value, write_prim):
     if trace.computes:   # a level without a tape handles the write itself
         return trace.write(x, index, value)
     if trace.observe is not None:   # watched by an engine observer (the profiler's detailed call)
-        return trace.observe.recorder(trace, _record_write, (x, index, value, write_prim))
-    # _record_write's fast path, written out (the loop ``out[i] = v``)
-    array = x.value
-    if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _ALONE + 1:
-        ours = type(value) is Tracer and value._trace is trace
-        plain_value = value.value if ours else value
-        if type(plain_value) is not Tracer:
-            _write_and_record(trace, x, index, value, plain_value, ours, write_prim)
-            return
+        return trace.observe.recorder(trace, _checked_write, (x, index, value, write_prim))
     return _checked_write(x, index, value, write_prim)
 
 
@@ -226,7 +218,8 @@ def setitem_method(clean_index, write_prim):
     """``Tracer.__setitem__``: ``x[index] = value`` with ``write_prim`` as its tape entry, the index
     cleaned by ``clean_index`` unless it is ints and slices. The loop ``out[i] = v`` (a tape, only
     the tracer holds the array) writes and records in this one frame; everything else goes
-    through ``write_in_place``."""
+    through ``write_in_place`` and its checks (its only caller: this fast path holds ``array``, so
+    the same test there could never pass again)."""
     def setitem(x, index, value):
         kind = type(index)   # is_plain_basic, written out: ints and slices need no cleaning
         if kind is tuple:
@@ -240,7 +233,10 @@ def setitem_method(clean_index, write_prim):
         array = x.value
         if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _ALONE + 1 \
                 and trace.alive and not trace.computes and trace.observe is None:
-            # write_in_place's fast path (see _record_write): nothing to scan or check
+            # Only x holds this memory (the one more reference is ``array`` above; ``_references``
+            # counts the same way): no view of it exists and no tape entry kept it, so the write can
+            # neither make a view stale nor change what a rule saved, and it is not an input's.
+            # Nothing to scan or check: write and record (_write_and_record, written out).
             ours = type(value) is Tracer and value._trace is trace
             plain_value = value.value if ours else value
             kind = type(plain_value)
@@ -256,22 +252,6 @@ def setitem_method(clean_index, write_prim):
                 return
         write_in_place(x, index, value, write_prim)
     return setitem
-
-
-def _record_write(x, index, value, write_prim):
-    trace = x._trace
-    array = x.value
-    if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _ALONE + 1:
-        # Only x holds this memory (the one more reference is ``array`` above; ``_references``
-        # counts the same way): no view of it exists and no tape entry kept it, so the write can
-        # neither make a view stale nor change what a rule saved, and it is not an input's. Nothing
-        # to scan or check (the loop ``out[i] = v``).
-        ours = type(value) is Tracer and value._trace is trace
-        plain_value = value.value if ours else value
-        if type(plain_value) is not Tracer:
-            _write_and_record(trace, x, index, value, plain_value, ours, write_prim)
-            return
-    return _checked_write(x, index, value, write_prim)
 
 
 def _write_and_record(trace, x, index, value, plain_value, ours, write_prim):
