@@ -97,6 +97,18 @@ def producers_of(program):
     return {o.id: eqn for eqn in program.eqns for o in eqn.outs}
 
 
+def use_counts(eqns, outputs):
+    """How often each variable is read, by the variable's id (an output counts as one read)."""
+    counts = {}
+    for eqn in eqns:
+        for v in eqn.uses:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    for v in outputs:
+        if type(v) is Var:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    return counts
+
+
 def dce(program):
     """Keep only the equations whose results reach an output."""
     live = {v for v in program.outputs if type(v) is Var}

@@ -41,18 +41,6 @@ class _Fresh:
         return var
 
 
-def _uses(program):
-    """var id -> number of reads (an output counts as one)."""
-    counts = {}
-    for eqn in program.eqns:
-        for v in eqn.uses:
-            counts[v.id] = counts.get(v.id, 0) + 1
-    for v in program.outputs:
-        if type(v) is Var:
-            counts[v.id] = counts.get(v.id, 0) + 1
-    return counts
-
-
 def _vars(*xs):
     return tuple(x for x in xs if type(x) is Var)
 
@@ -306,7 +294,7 @@ def reuse_contractions(program):
             by_operands.setdefault(frozenset(a.id for a in eqn.args), []).append(eqn)
     if not by_operands:
         return program
-    counts = _uses(program)
+    counts = _ir.use_counts(program.eqns, program.outputs)
     readers = {}
     for k, eqn in enumerate(eqns):
         for v in eqn.uses:
@@ -1021,15 +1009,8 @@ def _sums_of_vector_products(eqns, outputs, fresh):
     Where the ``b``'s are the rows of one array, read once each, that array is the stack; sums over
     the same ``a``'s share one stack; constant zero terms are dropped. The same products, summed in
     another order."""
-    counts, defs = {}, {}
-    for eqn in eqns:
-        for v in eqn.uses:
-            counts[v.id] = counts.get(v.id, 0) + 1
-        for o in eqn.outs:
-            defs[o.id] = eqn
-    for v in outputs:
-        if type(v) is Var:
-            counts[v.id] = counts.get(v.id, 0) + 1
+    counts = _ir.use_counts(eqns, outputs)
+    defs = {o.id: eqn for eqn in eqns for o in eqn.outs}
     terms = {}       # var id -> (kind, its number of products)
     leaves = {}      # var id -> (a, b) of a product
     absorbed = set()
@@ -1293,7 +1274,7 @@ def _unit_divisor(eqn, fresh_results, returned):
 def simplify(program):
     """The rewrites above, in one walk (plus one for negations), then dead code dropped and
     contractions shared (:func:`reuse_contractions`)."""
-    counts = _uses(program)
+    counts = _ir.use_counts(program.eqns, program.outputs)
     defs = {}
     fresh = _Fresh(program)
     contract = _ir.PASSES["contract"]
@@ -1366,7 +1347,7 @@ def simplify(program):
         out.extend(new)
     outputs = [substitute(v, rename) for v in program.outputs] if rename else program.outputs
     rename = {}
-    eqns = _cancel_negations(out, _uses(Program(program.inputs, out, outputs)), defs, rename)
+    eqns = _cancel_negations(out, _ir.use_counts(out, outputs), defs, rename)
     if rename:
         eqns = [renamed(e, rename) for e in eqns]
         outputs = [substitute(v, rename) for v in outputs]

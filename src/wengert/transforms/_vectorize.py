@@ -47,7 +47,7 @@ from ..primitives.elementwise import add, multiply, subtract
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
 from ..primitives.shape import broadcast_to, getitem, index_add, reshape, stack, transpose
-from ._ir import Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, producers_of, substitute
+from ._ir import Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, producers_of, substitute, use_counts
 
 # Smaller classes stay as they are: a batched call and its gathers cost about what a few small calls
 # do. Classes of small results (a loop of few, short columns) are batched from two members up: their
@@ -1313,13 +1313,7 @@ def scale_lanes_not_rows(program, fresh):
     (rows, w) operand by 2, here the lanes' cotangents are scaled instead (W1: 1024 lanes, not 256
     rows of 64)."""
     producers = producers_of(program)
-    count = {}
-    for eqn in program.eqns:
-        for v in eqn.uses:
-            count[v.id] = count.get(v.id, 0) + 1
-    for v in program.outputs:
-        if type(v) is Var:
-            count[v.id] = count.get(v.id, 0) + 2
+    count = use_counts(program.eqns, program.outputs)
     out, changed = [], False
     for eqn in program.eqns:
         if eqn.prim is GRID_ROWSUM:
