@@ -187,18 +187,19 @@ def _references(x):
 
 
 def _calibrate():
-    """The count ``_references`` gives for an array that only its tracer holds, or None when this
-    interpreter does not count one more for one more holder (then the fast path is off)."""
+    """The count ``_references`` gives for an array that only its tracer and one local variable
+    hold, or -1 (a count never seen, so the fast path is off) when this interpreter does not count
+    one more for one more holder."""
     probe = _new(Tracer)
     probe.value = np.zeros(1)
     alone = _references(probe)
     extra = probe.value
     counted = _references(probe) == alone + 1
     del extra
-    return alone if counted else None
+    return alone + 1 if counted else -1
 
 
-_ALONE = _calibrate()
+_HELD_ONCE = _calibrate()
 _getrefcount = sys.getrefcount
 
 
@@ -231,7 +232,7 @@ def setitem_method(clean_index, write_prim):
             index = clean_index(index)
         trace = x._trace
         array = x.value
-        if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _ALONE + 1 \
+        if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _HELD_ONCE \
                 and trace.alive and not trace.computes and trace.observe is None:
             # Only x holds this memory (the one more reference is ``array`` above; ``_references``
             # counts the same way): no view of it exists and no tape entry kept it, so the write can
