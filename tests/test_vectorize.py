@@ -519,6 +519,134 @@ def test_a_norm_as_the_dot_of_a_column_with_itself_contracts_its_cotangent_per_c
     fd_check(lambda bb: f(a, bb, wts), (bb,))
 
 
+def _cosine_loop(norm):
+    """Seed 000's cosine per pair of columns, summed with weights, the norm spelled ``norm``."""
+    def f(a, b, wts):
+        w, r, nb = a.shape
+        out = wg.Buffer.zeros((b.shape[1], r, nb), a.dtype)
+        for k in range(nb):
+            for j in range(r):
+                aj = a[:, j, k]
+                for i in range(b.shape[1]):
+                    u = b[:, i, k]
+                    out[i, j, k] = wnp.dot(u, aj) / (norm(u) * norm(aj))
+        return wnp.sum(out.freeze() * wts)
+    return f
+
+
+def _lane_products(lowered, lanes, w):
+    """The program's multiplies that form (lanes, w) arrays: one row per lane, not per column."""
+    return [e for e in lowered.program.eqns if e.prim.name == "multiply" and len(e.outs[0].shape) >= 2
+            and e.outs[0].shape[-1] == w and np.prod(e.outs[0].shape[:-1]) == lanes]
+
+
+@pytest.mark.parametrize("norm", [lambda u: wnp.sqrt(wnp.sum(wnp.abs(u) ** 2)), lambda u: wnp.sqrt(wnp.square(u).sum()),
+                                  lambda u: wnp.sqrt(wnp.sum(wnp.abs(u) * wnp.abs(u)))],
+                         ids=["sqrt(sum(abs(u)**2))", "sqrt(square(u).sum())", "sqrt(sum(abs(u)*abs(u)))"])
+def test_a_chain_of_row_factors_is_multiplied_per_column_then_contracted(norm):
+    """The backward of ``np.abs(u) ** 2`` gives each lane its scalar times rows of 2|u| times rows of
+    sign(u) (``np.square(u)``: the scalar times 2 times rows of u): the row factors are multiplied once
+    per column, the constants go on the lanes, and each column's cotangent is one grid_rowsum per
+    term, no (lanes, w) products. Entries at 0 (abs's kink) keep eager's values and gradients."""
+    n, w, r, b = 8, 5, 9, 2
+    a, bb = rng.normal(size=(w, r, b)), rng.normal(size=(w, n, b))
+    a[1, 2, 0] = a[3, 4, 1] = bb[0, 5, 1] = 0.0
+    wts = rng.normal(size=(n, r, b))
+    f = _cosine_loop(norm)
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    assert _count(lowered, "grid_rowsum") == 4
+    assert not _lane_products(lowered, n * r * b, w)
+    assert not any(e.prim.name == "grid_rowsum" and e.outs[0].shape[0] == n * r * b for e in lowered.program.eqns)
+    fd_check(lambda a: f(a, bb, wts), (a,))
+    fd_check(lambda bb: f(a, bb, wts), (bb,))
+
+
+@pytest.mark.parametrize("same_rows", [True, False])
+def test_a_lane_product_multiplies_its_row_factors_only_where_they_read_the_same_rows(same_rows):
+    """``g[l] * S[ridx[l]] * (2 * T)[rows[l]]`` is one lane product ``(2 g)[l] * (S * T)[ridx[l]]`` when
+    both factors read the same rows of their arrays; read at other rows (two different columns per
+    lane) it is no product of one row set, and stays as it is."""
+    from wengert.primitives.elementwise import multiply
+    from wengert.primitives.shape import getitem, reshape
+    from wengert.transforms._ir import Program, Var, producers_of, use_counts
+
+    lanes, m, w = 12, 4, 5
+    ridx = np.arange(lanes) % m
+    rows = ridx if same_rows else ridx[::-1].copy()
+    ids = iter(range(100))
+    var = lambda shape: Var(next(ids), shape, np.dtype(np.float64))  # noqa: E731
+    g, s, t = var((lanes,)), var((m, w)), var((m, w))
+    t2, col, rs, rt, p1, p = var((m, w)), var((lanes, 1)), var((lanes, w)), var((lanes, w)), var((lanes, w)), var((lanes, w))
+    eqns = [_vectorize._eqn(multiply, (2, t), {}, (t2,), None),
+            _vectorize._eqn(reshape, (g,), {"shape": (lanes, 1)}, (col,), None),
+            _vectorize._eqn(getitem, (s,), {"index": (ridx,)}, (rs,), None),
+            _vectorize._eqn(getitem, (t2,), {"index": (rows,)}, (rt,), None),
+            _vectorize._eqn(multiply, (col, rs), {}, (p1,), None),
+            _vectorize._eqn(multiply, (p1, rt), {}, (p,), None)]
+    program = Program([g, s, t], eqns, [p])
+    products = _vectorize._Products(producers_of(program), use_counts(eqns, [p]), _vectorize._Fresh(program), None)
+    found = _vectorize._lane_product(p, products, lanes)
+    if not same_rows:
+        assert found is None
+        return
+    g2, gidx, prod, got_rows = found
+    np.testing.assert_array_equal(gidx, np.arange(lanes))
+    np.testing.assert_array_equal(got_rows, ridx)
+    made = {e.outs[0].id: e for e in products.made}
+    assert made[prod.id].prim.name == "multiply" and {a.id for a in made[prod.id].args} == {s.id, t.id}
+    assert made[g2.id].args == (2, g)   # the constant on the 12 lanes, not on the (4, 5) rows
+
+
+@pytest.mark.parametrize("spelling", ["np.linalg.norm(u)", "np.linalg.norm(u, 2)"])
+def test_the_norms_backward_selects_and_divides_per_column(spelling):
+    """``np.linalg.norm``'s backward ``x / where(norm == 0, 1, norm)`` expands the norms to x's shape
+    before comparing and selecting: under the pass the comparison and the selection run once per
+    column (the broadcast comes after them), and the division reads the norms as a column. A column
+    of zeros keeps eager's gradient there (0, not nan)."""
+    n, w, r, b = 8, 5, 9, 2
+    a, bb = rng.normal(size=(w, r, b)), rng.normal(size=(w, n, b))
+    wts = rng.normal(size=(n, r, b))
+    norm = (lambda u: wnp.linalg.norm(u)) if spelling == "np.linalg.norm(u)" else (lambda u: wnp.linalg.norm(u, 2))
+    f = _cosine_loop(norm)
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    eqns = lowered.program.eqns
+    assert _count(lowered, "grid_rowsum") == 4 and _count(lowered, "broadcast_to") == 0
+    for name in ("where", "_is_zero"):
+        found = [e for e in eqns if e.prim.name == name]
+        assert found and all(e.outs[0].shape[-1] == 1 for e in found), [e.outs[0].shape for e in found]
+    fd_check(lambda a: f(a, bb, wts), (a,))
+
+    def g(x, c):   # a column of zeros: the norm's subgradient 0 there
+        return wnp.sum(wnp.stack([norm(x[:, i]) * c[i] for i in range(x.shape[1])]))
+
+    x, c = rng.normal(size=(w, N)), rng.normal(size=N)
+    x[:, 3] = 0.0
+    lowered = vectorized_like_eager(g, x, c)
+    assert all(e.outs[0].shape[-1] == 1 for e in lowered.program.eqns if e.prim.name in ("where", "_is_zero"))
+    grad = wg.jit(wg.grad(g))(x, c)
+    assert np.all(grad[:, 3] == 0.0) and np.all(np.isfinite(grad))
+
+
+def test_elementwise_work_on_broadcasts_runs_on_the_arrays_broadcast():
+    """A rule's elementwise work on an expanded reduction (here the norm's backward, per column) runs
+    before the broadcast, and a broadcast operand is read as the array it broadcasts: same values
+    as eager, including where the selection picks the other branch."""
+    x = rng.normal(size=(6, 4, N))
+    x[:, 1, 5] = 0.0
+
+    def f(x):
+        total = 0.0
+        for i in range(N):
+            m = x[:, :, i]
+            total = total + wnp.sum(wnp.linalg.norm(m, axis=0) * wnp.sin(m[0]))
+        return total
+
+    lowered = vectorized_like_eager(f, x)
+    assert all(len(e.outs[0].shape) < 3 or e.outs[0].shape[1] == 1 for e in lowered.program.eqns
+               if e.prim.name in ("where", "_is_zero"))
+    fd_check(f, (x,))
+
+
 def test_rowsum_plan_against_a_loop():
     r = np.random.default_rng(5)
     k, j, i = np.meshgrid(np.arange(3), np.arange(4), np.arange(5), indexing="ij")

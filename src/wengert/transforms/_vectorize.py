@@ -967,7 +967,8 @@ def vectorize(program, trace_type, stats=None, cut=None):
             if type(v) is Var:
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
-        result = scale_lanes_not_rows(contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh), fresh)
+        result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
+        result = elementwise_before_broadcasts(result, fresh)
         result = _shared_indices(scatters_into_zeros_as_views(repeated_rows_as_views(narrow_lanes(result, fresh), fresh)))
         result = fold_constants(compose_reads(result))
     if stats is not None:
@@ -1294,42 +1295,11 @@ def _rowsum_plan(gidx, ridx, groups):
                  grid=tuple(grid), steps=steps)
 
 
-def _scalar_factor(eqn, dtype):
-    """(c, x) when ``eqn`` is ``multiply(c, x)`` (either order) of a Var x and a scalar constant c
-    that keeps x's dtype (a Python number, or a NumPy scalar of that dtype), else None."""
-    if eqn.prim.name != "multiply" or len(eqn.args) != 2 or eqn.params:
-        return None
-    for c, x in (eqn.args, eqn.args[::-1]):
-        t = type(c)
-        if type(x) is Var and x.dtype == dtype and (t is int or t is float or (isinstance(c, np.generic)
-                                                                            and c.dtype == dtype)):
-            return c, x
-    return None
-
-
-def scale_lanes_not_rows(program, fresh):
-    """``grid_rowsum(g, c * x)`` as ``grid_rowsum(c * g, x)`` where ``c * x`` is read only there and g
-    (a scalar per lane) has fewer elements than the rows: the backward of ``x ** 2`` scales the
-    (rows, w) operand by 2, here the lanes' cotangents are scaled instead (W1: 1024 lanes, not 256
-    rows of 64)."""
-    producers = producers_of(program)
-    count = use_counts(program.eqns, program.outputs)
-    out, changed = [], False
-    for eqn in program.eqns:
-        if eqn.prim is GRID_ROWSUM:
-            g, s = eqn.args
-            made = producers.get(s.id) if type(s) is Var and type(g) is Var and count.get(s.id) == 1 else None
-            found = None if made is None else _scalar_factor(made, s.dtype)
-            if found is not None and g.dtype == s.dtype and found[1].shape == s.shape \
-                    and int(np.prod(g.shape, dtype=np.int64)) < int(np.prod(s.shape, dtype=np.int64)):
-                c, x = found
-                scaled = fresh(g.shape, g.dtype)
-                out.append(_eqn(multiply, (c, g), {}, (scaled,), made.source))
-                out.append(_eqn(GRID_ROWSUM, (scaled, x), eqn.params, eqn.outs, eqn.source))
-                changed = True
-                continue
-        out.append(eqn)
-    return dce(Program(program.inputs, out, program.outputs)) if changed else program
+def _keeps_dtype(c, dtype):
+    """Whether the constant ``c`` times an array of ``dtype`` keeps that dtype: a Python number, or a
+    NumPy scalar of that dtype."""
+    t = type(c)
+    return t is int or t is float or (isinstance(c, np.generic) and c.dtype == dtype)
 
 
 def _lane_column(v, producers, n):
@@ -1362,35 +1332,151 @@ def _entries(lanes, per):
     return (np.asarray(lanes)[:, None] * per + np.arange(per)).reshape(-1)
 
 
-def _lane_terms(v, producers, n):
+class _Products:
+    """What ``_lane_terms`` may add to the program: the products of a term's row factors (computed
+    once per column, not per lane) and its constants (on the lanes' scalars or on those products,
+    whichever has fewer elements). ``made``: the new equations, to go before the equation they serve."""
+
+    def __init__(self, producers, count, fresh, source):
+        self.producers, self.count, self.fresh, self.source = producers, count, fresh, source
+        self.made, self._known = [], {}
+
+    def multiply(self, x, y):
+        return self._binary(multiply, x, y)
+
+    def add(self, x, y):
+        return self._binary(add, x, y)
+
+    def _binary(self, prim, x, y):
+        key = (prim.name, id(x) if type(x) is not Var else x.id, id(y) if type(y) is not Var else y.id)
+        known = self._known.get(key)
+        if known is None:
+            shape, dtype = (x.shape, x.dtype) if type(x) is Var else (y.shape, y.dtype)
+            known = self.fresh(shape, dtype)
+            self.made.append(_eqn(prim, (x, y), {}, (known,), self.source))
+            self._known[key] = known
+        return known
+
+
+def _merged_terms(terms, products):
+    """``terms`` with those that differ only in the lanes' scalars as one, the scalars added: the
+    backward of ``(2 * u) * (u * 0.5)`` gives u two cotangents, g * 2 * (u * 0.5) and g * (2 * u) * 0.5,
+    both the lanes' g * 1.0 times the rows of u."""
+    merged = []
+    for g, gidx, s, ridx, per in terms:
+        for k, (g2, gidx2, s2, ridx2, per2) in enumerate(merged):
+            if s2 is s and per2 == per and g2.shape == g.shape and g2.dtype == g.dtype \
+                    and np.array_equal(gidx2, gidx) and np.array_equal(ridx2, ridx):
+                merged[k] = (products.add(g2, g), gidx, s, ridx, per)
+                break
+        else:
+            merged.append((g, gidx, s, ridx, per))
+    return merged
+
+
+def _factors(v, producers, n):
+    """``v`` (lanes first) as a product of elementwise factors: (columns, constants, rows), columns the
+    lanes' scalars (``_lane_column``: (g, gidx)), constants that keep v's dtype, rows (source, ridx)
+    the rows ``source[ridx]`` of arrays; the leaves of a tree of multiplies, or None."""
+    col = _lane_column(v, producers, n) if len(v.shape) == 2 else None
+    if col is not None:
+        return [col], [], []
+    eqn = producers.get(v.id)
+    if eqn is not None and eqn.prim.name == "multiply" and len(eqn.args) == 2 and not eqn.params:
+        cols, consts, rows = [], [], []
+        for a in eqn.args:
+            got = _factors(a, producers, n) if type(a) is Var and a.dtype == v.dtype and a.shape[:1] == (n,) \
+                else ([], [a], []) if _keeps_dtype(a, v.dtype) else None
+            if got is None:
+                break
+            cols += got[0]
+            consts += got[1]
+            rows += got[2]
+        else:
+            return cols, consts, rows
+    return [], [], [_lane_rows(v, producers, n)]
+
+
+def _column_factors(s, products):
+    """The factors of the rows' array ``s`` (constants, arrays of s's shape) through the multiplies
+    that made it and that nothing else reads."""
+    eqn = products.producers.get(s.id)
+    if eqn is None or eqn.prim.name != "multiply" or len(eqn.args) != 2 or eqn.params or products.count.get(s.id) != 1:
+        return [], [s]
+    consts, parts = [], []
+    for a in eqn.args:
+        if type(a) is Var and a.shape == s.shape and a.dtype == s.dtype:
+            c, p = _column_factors(a, products)
+            consts += c
+            parts += p
+        elif _keeps_dtype(a, s.dtype):
+            consts.append(a)
+        else:
+            return [], [s]
+    return consts, parts
+
+
+def _lane_product(v, products, n):
+    """``v`` (n, w), a product of one lane scalar per row, constants and rows of arrays read at the same
+    rows (the backward of ``np.abs(u) ** 2``: lanes x rows of 2|u| x rows of sign(u)), as one lane
+    product (g, gidx, s, ridx): the row factors multiplied once per column into s, the constants on
+    g or on s, whichever is smaller. None for any other v."""
+    found = _factors(v, products.producers, n)
+    if found is None:
+        return None
+    cols, consts, rows = found
+    if len(cols) != 1 or not rows:
+        return None
+    (g, gidx), ridx = cols[0], rows[0][1]
+    read = [r for r, _ in rows]
+    if any(r.shape[1:] != v.shape[1:] or r.dtype != v.dtype or r.shape != read[0].shape for r in read) \
+            or any(not np.array_equal(i, ridx) for _, i in rows[1:]) or g.dtype != v.dtype:
+        return None
+    parts = []
+    for r in read:
+        c, p = _column_factors(r, products) if len(read) > 1 or r is not v else ([], [r])
+        consts += c
+        parts += p
+    s = parts[0]
+    for p in parts[1:]:
+        s = products.multiply(s, p)
+    if consts:
+        c = consts[0]
+        for k in consts[1:]:
+            c = c * k
+        if int(np.prod(g.shape, dtype=np.int64)) < int(np.prod(s.shape, dtype=np.int64)):
+            g = products.multiply(c, g)
+        else:
+            s = products.multiply(c, s)
+    return g, gidx, s, ridx
+
+
+def _lane_terms(v, products, n):
     """``v`` (n, w) as a sum of lane products: [(g, gidx, s, ridx, per)], row q of v summing the
     ``per`` products ``g[gidx[e]] * s[ridx[e]]`` for e in q*per .. q*per+per-1 (per is 1 but where
     v sums a class's rows per group, as the backward of ``np.dot(u, u)`` sums u's two cotangents)."""
+    producers = products.producers
     eqn = producers.get(v.id)
     if eqn is None:
         return None
     if eqn.prim is add and len(eqn.args) == 2 and all(type(a) is Var and a.shape == v.shape for a in eqn.args):
-        left, right = (_lane_terms(a, producers, n) for a in eqn.args)
+        left, right = (_lane_terms(a, products, n) for a in eqn.args)
         return None if left is None or right is None else left + right
     if eqn.prim is sum_:   # sum(reshape(V[lanes], (n, r, w)), axis=1): each term of V, r rows per row
         found = _grouped_rows(eqn, producers)
         if found is None or found[3] != v.shape:
             return None
         inner, lanes = found[0], found[1]
-        terms = _lane_terms(inner, producers, inner.shape[0]) if len(inner.shape) == 2 else None
+        terms = _lane_terms(inner, products, inner.shape[0]) if len(inner.shape) == 2 else None
         if terms is None:
             return None
         r = len(lanes) // n
         return [(g, gidx[_entries(lanes, per)], s, ridx[_entries(lanes, per)], per * r)
                 for g, gidx, s, ridx, per in terms]
-    if eqn.prim.name != "multiply" or len(eqn.args) != 2 or not all(type(a) is Var for a in eqn.args):
+    if eqn.prim.name != "multiply":
         return None
-    for col, row in (eqn.args, eqn.args[::-1]):
-        found = _lane_column(col, producers, n)
-        if found is not None and row.shape == v.shape and row.dtype == v.dtype == found[0].dtype:
-            source, rows = _lane_rows(row, producers, n)
-            return [(found[0], found[1], source, rows, 1)]
-    return None
+    found = _lane_product(v, products, n)
+    return None if found is None else [found + (1,)]
 
 
 def _rowsum_eqns(eqn, terms, lanes, groups, shape, fresh):
@@ -1533,18 +1619,21 @@ def _summed_view_rows(eqn, producers):
         sum(1 for a in range(c) if a not in summed)
 
 
-def _summed_view_eqns(eqn, found, producers, fresh):
+def _summed_view_eqns(eqn, found, products):
     """``eqn`` (see ``_summed_view_rows``) as ``_grid_rowsum`` of V's lane products, put in its shape."""
     base, lanes, group, kept, at = found
-    terms = _lane_terms(base, producers, base.shape[0])
+    fresh = products.fresh
+    terms = _lane_terms(base, products, base.shape[0])
     if terms is None:
         return None
+    terms = _merged_terms(terms, products)
     out = eqn.outs[0]
     rows = fresh((len(kept) and int(np.prod(kept)) or 1, base.shape[1]), out.dtype)
     made = _rowsum_eqns(Eqn(eqn.prim, eqn.args, eqn.params, (rows,), eqn.uses, eqn.source), terms, lanes, [group],
                         rows.shape, fresh)
     if made is None:
         return None
+    made = products.made + made
     grid = fresh(tuple(kept) + base.shape[1:], out.dtype)
     made.append(_eqn(reshape, (rows,), {"shape": grid.shape}, (grid,), eqn.source))
     axes = list(range(len(kept)))
@@ -1558,11 +1647,13 @@ def _summed_view_eqns(eqn, found, producers, fresh):
 def contract_cotangents(program, fresh):
     """Sums of lane products per group (see ``_grid_rowsum``) as matmuls over the grid."""
     producers = producers_of(program)
+    count = use_counts(program.eqns, program.outputs)
     out, changed = [], False
     for eqn in program.eqns:
         if eqn.prim is sum_ and eqn.outs[0].dtype.kind in "fc":
             found = _summed_view_rows(eqn, producers)
-            new = _summed_view_eqns(eqn, found, producers, fresh) if found is not None else None
+            new = _summed_view_eqns(eqn, found, _Products(producers, count, fresh, eqn.source)) \
+                if found is not None else None
             if new is not None:
                 out.extend(new)
                 changed = True
@@ -1570,11 +1661,12 @@ def contract_cotangents(program, fresh):
         found = _grouped_rows(eqn, producers)
         if found is not None:
             v, lanes, groups, shape = found
-            terms = _lane_terms(v, producers, v.shape[0]) if len(v.shape) == 2 else None
+            products = _Products(producers, count, fresh, eqn.source)
+            terms = _lane_terms(v, products, v.shape[0]) if len(v.shape) == 2 else None
             if terms is not None:
-                new = _rowsum_eqns(eqn, terms, lanes, groups, shape, fresh)
+                new = _rowsum_eqns(eqn, _merged_terms(terms, products), lanes, groups, shape, fresh)
                 if new is not None:
-                    out.extend(new)
+                    out.extend(products.made + new)
                     changed = True
                     continue
         out.append(eqn)
@@ -2015,6 +2107,45 @@ def compose_reads(program):
                 composed = tuple(np.asarray(c, np.intp) for c in np.unravel_index(cells, base.shape))
                 eqn = _eqn(getitem, (base,), {"index": composed}, eqn.outs, eqn.source)
                 changed = True
+        out.append(eqn)
+        for o in eqn.outs:
+            producers[o.id] = eqn
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+# --- 13. elementwise work on broadcasts: on the arrays broadcast -----------------------------------
+# A rule that expands a reduction's result back to its operand's shape before combining it (the
+# backward of ``np.linalg.norm``: ``x / where(norm == 0, 1, norm)``, the norms broadcast to x's shape)
+# compares, selects and divides per element what is one value per column. Elementwise operations
+# commute with broadcasting: each reads the arrays broadcast and lets NumPy broadcast them, and one
+# whose operands are all broadcasts runs on the small arrays, its result broadcast after it.
+def _broadcast_of(x, producers):
+    eqn = producers.get(x.id) if type(x) is Var else None
+    if eqn is not None and eqn.prim is broadcast_to and type(eqn.args[0]) is Var and len(eqn.args) == 1:
+        return eqn.args[0]
+    return None
+
+
+def elementwise_before_broadcasts(program, fresh):
+    """Elementwise equations read the arrays that their broadcast operands broadcast."""
+    producers, out, changed = {}, [], False
+    for eqn in program.eqns:
+        res = eqn.outs[0]
+        if len(eqn.outs) == 1 and not eqn.params and not eqn.prim.multiple_results and _rule(eqn.prim) is elementwise_rule:
+            args = [_broadcast_of(a, producers) or a for a in eqn.args]
+            if any(a is not b for a, b in zip(args, eqn.args)):
+                shapes = [a.shape for a in args if type(a) in (Var, np.ndarray)]
+                shape = np.broadcast_shapes(*shapes)
+                small = shape != res.shape and len(shape) <= len(res.shape) \
+                    and np.broadcast_shapes(shape, res.shape) == res.shape
+                if shape == res.shape or small:
+                    made = fresh(shape, res.dtype) if small else res
+                    eqn = _eqn(eqn.prim, args, {}, (made,), eqn.source)
+                    if small:
+                        out.append(eqn)
+                        producers[made.id] = eqn
+                        eqn = _eqn(broadcast_to, (made,), {"shape": res.shape}, (res,), eqn.source)
+                    changed = True
         out.append(eqn)
         for o in eqn.outs:
             producers[o.id] = eqn
