@@ -847,3 +847,74 @@ def test_per_example_gradients_multiply_the_shared_weights_once():
         assert_trees_close(tuple(g[i] for g in got), wg.grad(loss)(params, X[i], Y[i]))
     text = jitted.lower(params, X, Y).as_text()
     assert calls(text, "np_matmul") == 0 and calls(text, "np_dot") == 3 and calls(text, "broadcast_to") == 0, text
+
+
+def _fancy_reads(text):
+    """Lines that index with a constant array (``x[c3, c4]``, ``x[:, c0, c1]``)."""
+    return re.findall(r"= \w+\[(?:[^\]]*, )?c\d+", text)
+
+
+def test_gathers_that_only_permute_are_views_copied_once():
+    """Index arrays that read every element once, in an order a reshape, reversals and a transpose
+    give (the vectorizing pass's column reads, the backward pass's read of a Buffer), are that view,
+    copied by one reshape in the order NumPy lays a gather out (indexed axes first in memory).
+    Indices that repeat or skip an element stay a gather, and their cotangents still add up."""
+    x = rng.standard_normal((3, 4, 5))
+    k, i = np.meshgrid(np.arange(5), np.arange(4), indexing="ij")
+    cols, batch = i.ravel(), k.ravel()                        # x[:, i, k] for k outer, i inner
+    rows, depth = (a.ravel() for a in np.meshgrid(np.arange(3), np.arange(5)[::-1], indexing="ij"))
+
+    def permuted(x):
+        g = x[:, cols, batch]                                 # (3, 20): x[:, :, :] transposed
+        h = x[:, cols[::-1], batch[::-1]].T                   # every (i, k) backwards, (20, 3)
+        apart = x[rows, :, depth]                             # arrays apart: lanes first, (15, 4)
+        return wnp.sum(wnp.tanh(g) * wnp.arange(60.0).reshape(3, 20)) + wnp.sum(wnp.sin(h) * g.T) \
+            + wnp.sum(wnp.cos(apart) * wnp.arange(60.0).reshape(15, 4))
+
+    got, want, text, plain = staged(permuted, x)
+    assert_trees_close(got, want)
+    assert len(_fancy_reads(plain)) >= 3 and _fancy_reads(text) == [], text
+    assert wg.jit(permuted)(x) == pytest.approx(float(permuted(x)), rel=1e-12)
+
+    def repeated(x):                                          # column 0 read twice, column 3 never
+        return wnp.sum(wnp.tanh(x[:, np.array([0, 1, 2, 0]), 1]) * wnp.arange(12.0).reshape(3, 4))
+
+    def skipped(x):                                           # a permutation of part of the columns
+        return wnp.sum(wnp.cos(x[:, np.array([2, 0, 1]), 2]) ** 2)
+
+    for f in (repeated, skipped):
+        got, want, text, plain = staged(f, x)
+        assert_trees_close(got, want)
+        assert len(_fancy_reads(text)) == 1, text
+
+
+def test_a_loop_that_writes_every_element_once_makes_no_scatter():
+    """A loop writing each element of a Buffer once, in another order than the Buffer's (column by
+    column), is its lanes' results reshaped and transposed, then copied in the Buffer's layout; a
+    loop that leaves elements unwritten, or writes one twice, keeps its scatter. Values and
+    gradients equal eager's in all three."""
+    x = rng.standard_normal((6, 4, 3))
+
+    def filled(x, skip=None, twice=False):
+        out = wg.Buffer.zeros((4, 3), x.dtype)
+        for k in range(3):
+            for i in range(4):
+                if (i, k) != skip:
+                    out[i, k] = wnp.sum(wnp.tanh(x[:, i, k]) * x[:, i, k])
+        if twice:
+            out[1, 2] = wnp.sum(wnp.sin(x[:, 1, 2]))
+        return wnp.sum(wnp.exp(out.freeze()) * wnp.arange(12.0).reshape(4, 3))
+
+    def scatters(f):
+        lowered = wg.jit(wg.value_and_grad(f)).lower(x)
+        names = ("grid_add", "scatter_set", "scatter_add", "set_in_place")
+        return sum(1 for e in lowered.program.eqns if e.prim.name in names), lowered.as_text()
+
+    for f, most in ((filled, 1), (lambda x: filled(x, skip=(2, 1)), None), (lambda x: filled(x, twice=True), None)):
+        step = wg.jit(wg.value_and_grad(f))
+        assert_trees_close(step(x), wg.value_and_grad(f)(x))
+        found, text = scatters(f)
+        if most is not None:   # the full loop: x's cotangent's scatter alone, the Buffer's is a view
+            assert found == most and "ascontiguousarray" in text, text
+        else:                  # the Buffer's scatter stays, beside x's cotangent's
+            assert found >= 2, text

@@ -23,6 +23,7 @@ from ..primitives import reductions as R
 from ..primitives import shape as S
 from . import _ir
 from ._ir import Eqn, Program, Var, renamed, substitute
+from ._vectorize import GRID_ADD, _affine, _grid_add
 
 
 class _Fresh:
@@ -1112,6 +1113,168 @@ def _scatter_is_reshape(eqn):
     return [Eqn(S.reshape, (g,), {"shape": out.shape}, eqn.outs, (g,), eqn.source)]
 
 
+# --- gathers and scatters that only move elements ----------------------------------------------------
+# The vectorizing pass reads a loop's columns with index arrays (``x[:, c0, c1]``) and writes its
+# results with a scatter into zeros (``grid_add``); the backward pass of a Buffer write reads the
+# lanes back with index arrays again. Where those indices visit every element once in an order a
+# reshape, reversals and a transpose give, the gather or scatter is that view (and at most one copy,
+# the final reshape's): W1's lane results scattered into the (N, R, B) Buffer and transposed for the
+# softmax cost 3 calls and a 1024-element fancy-indexed copy each way, the view none.
+_PERMUTATION_LIMIT = 1 << 22   # elements probed at compile time (an index map of this many ints)
+
+
+def _as_view(flat, n):
+    """``(split, flips, perm)`` when ``flat`` (ints, C order) reads all ``n`` elements of an array once
+    as ``reshape(split)``, the axes ``flips`` reversed, transposed by ``perm``, read in C order; else None."""
+    if len(flat) != n or n < 2:
+        return None
+    got = _affine(flat)
+    if got is None:
+        return None
+    start, axes = got
+    by_stride = sorted(range(len(axes)), key=lambda g: -abs(axes[g][1]))
+    stride = 1
+    for g in reversed(by_stride):
+        size, step = axes[g]
+        if abs(step) != stride and size > 1:
+            return None
+        stride *= size
+    if stride != n or start != sum((size - 1) * -step for size, step in axes if step < 0):
+        return None
+    split = tuple(axes[g][0] for g in by_stride)
+    place = {g: a for a, g in enumerate(by_stride)}
+    perm = tuple(place[g] for g in range(len(axes)))
+    flips = frozenset(place[g] for g, (size, step) in enumerate(axes) if step < 0 and size > 1)
+    probe = np.arange(n).reshape(split)[tuple(slice(None, None, -1) if a in flips else slice(None)
+                                              for a in range(len(split)))].transpose(perm)
+    return (split, flips, perm) if np.array_equal(probe.ravel(), flat) else None
+
+
+def _viewed(x, view, shape, out, source, fresh, then=()):
+    """The equations that make ``out`` from ``x`` through ``view`` (see :func:`_as_view`) read in C
+    order as ``shape``, then the steps ``then`` ((primitive, params, shape) each)."""
+    split, flips, perm = view
+    steps = []
+    if split != x.shape:
+        steps.append((S.reshape, {"shape": split}, split))
+    if flips:
+        steps.append((S.getitem, {"index": tuple(slice(None, None, -1) if a in flips else slice(None)
+                                                 for a in range(len(split)))}, split))
+    if perm != tuple(range(len(split))):
+        steps.append((S.transpose, {"axes": perm}, tuple(split[a] for a in perm)))
+    if not steps or steps[-1][2] != shape:
+        steps.append((S.reshape, {"shape": shape}, shape))
+    steps.extend(then)
+    eqns, cur = [], x
+    for k, (prim, params, shape) in enumerate(steps):
+        made = out if k == len(steps) - 1 else fresh(shape, x.dtype)
+        eqns.append(Eqn(prim, (cur,), params, (made,), (cur,), source))
+        cur = made
+    return eqns
+
+
+def _in_bounds(parts, shape):
+    for part, n in zip(parts, shape):
+        if type(part) is slice:
+            continue
+        if type(part) is int:
+            if not -n <= part < n:
+                return False
+        elif type(part) is np.ndarray and part.dtype.kind in "iu" and part.size:
+            if part.min() < -n or part.max() >= n:
+                return False
+        else:
+            return False
+    return True
+
+
+def _gather_is_view(eqn, returned, fresh):
+    """``x[index]`` with index arrays that read every element of ``x`` once, in an order a reshape,
+    reversals and a transpose give: that view (copied by its last reshape where it must be)."""
+    if eqn.prim is not S.getitem or type(eqn.args[0]) is not Var:
+        return None
+    x, out = eqn.args[0], eqn.outs[0]
+    index = eqn.params["index"]
+    parts = index if type(index) is tuple else (index,)
+    n = int(np.prod(x.shape, dtype=np.int64))
+    if out.id in returned or not any(type(p) is np.ndarray for p in parts) or len(parts) > len(x.shape) \
+            or out.dtype != x.dtype or int(np.prod(out.shape, dtype=np.int64)) != n or n > _PERMUTATION_LIMIT \
+            or not _in_bounds(parts, x.shape):
+        return None
+    flat = np.arange(n).reshape(x.shape)[index]
+    if flat.shape != out.shape:
+        return None
+    # NumPy lays a gather's indexed axes out first in memory (x[:, rows] is rows of x, transposed):
+    # the copy is made in that order, so that what reads it meets the layout it met before
+    arrays = [k for k, p in enumerate(parts) if type(p) is np.ndarray]
+    first = arrays[0]
+    lanes = len(np.broadcast_shapes(*(parts[k].shape for k in arrays)))
+    if any(type(p) is int for p in parts) or arrays != list(range(first, first + len(arrays))):
+        first = 0   # (ints among the arrays, or arrays apart: the result's order, lanes first or not, is kept)
+    order = tuple(range(first, first + lanes)) + tuple(range(first)) + tuple(range(first + lanes, len(out.shape)))
+    flat = flat.transpose(order)
+    view = _as_view(flat.ravel(), n)
+    if view is None:
+        return None
+    back = ()
+    if first:
+        axes = tuple(int(a) for a in np.argsort(order))
+        back = ((S.transpose, {"axes": axes}, out.shape),)
+    return _viewed(x, view, flat.shape, out, eqn.source, fresh, back)
+
+
+def _scatter_is_view(eqn, returned, fresh):
+    """``grid_add(zeros, values)`` that writes every element once (the vectorizing pass's scatter of
+    a loop's lane results into the array it filled) is ``values`` seen through a view."""
+    if eqn.prim is not GRID_ADD or len(eqn.args) != 2:
+        return None
+    base, values = eqn.args
+    out = eqn.outs[0]
+    if type(base) is not np.ndarray or type(values) is not Var or out.id in returned or values.dtype != out.dtype \
+            or base.shape != out.shape or base.size != int(np.prod(values.shape, dtype=np.int64)) \
+            or not 2 <= base.size <= _PERMUTATION_LIMIT or not _ir._all_zero(base):
+        return None
+    n = base.size
+    # which value lands where: values numbered from 1, a position no value reaches stays 0
+    landed = _grid_add(np.zeros(base.shape, np.float64), np.arange(1, n + 1, dtype=np.float64).reshape(values.shape),
+                       eqn.params["plan"]).ravel()
+    if not np.array_equal(np.sort(landed), np.arange(1, n + 1)):
+        return None
+    view = _as_view(landed.astype(np.int64) - 1, n)
+    if view is None:
+        return None
+    # made in the scatter's own C order, as grid_add made it: the softmax and the cotangents that
+    # follow read it beside arrays of that layout (a strided view read beside them cost W1 more in
+    # its elementwise calls than the copy)
+    return _viewed(values, view, out.shape, out, eqn.source, fresh, ((_CONTIGUOUS, {}, out.shape),))
+
+
+class _Copy:
+    """A primitive-like record (name and impl, as spell's ``_Call``): a C-order copy of a view."""
+
+    multiple_results = False
+    name = "ascontiguousarray"
+    impl = staticmethod(np.ascontiguousarray)
+
+
+_CONTIGUOUS = _Copy()
+
+
+def _whole_slice(eqn, fresh_results, returned):
+    """``x[:, :, 0:16:1]``, an index of slices that keep every axis whole, is ``x``."""
+    if eqn.prim is not S.getitem or type(eqn.args[0]) is not Var:
+        return None
+    x, out = eqn.args[0], eqn.outs[0]
+    index = eqn.params["index"]
+    parts = index if type(index) is tuple else (index,)
+    if len(parts) > len(x.shape) or out.shape != x.shape or any(
+            type(p) is not slice or range(n)[p] != range(n) for p, n in zip(parts, x.shape)):
+        return None
+    if out.id in returned and (x.id not in fresh_results or x.id in returned):
+        return None
+    return x
+
+
 # --- reshapes ---------------------------------------------------------------------------------------
 def _kept_shape(shape, axis):
     if axis is None:
@@ -1310,7 +1473,8 @@ def simplify(program):
                     or (_batched_product_summed(eqn, defs, counts, fresh) if contract else None)
                     or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _product_over_one(eqn)
                     or _transpose_of_product(eqn, defs, counts, fresh) or _shared_matrix_times_vectors(eqn, defs, fresh)
-                    or _view_of_view(eqn, counts, fresh, views, transposes) or _transpose_of_transpose(eqn, defs, counts))
+                    or _view_of_view(eqn, counts, fresh, views, transposes) or _transpose_of_transpose(eqn, defs, counts)
+                    or _gather_is_view(eqn, returned, fresh) or _scatter_is_view(eqn, returned, fresh))
             if step is None:
                 break
             for v in eqn.uses:
@@ -1329,7 +1493,8 @@ def simplify(program):
                     or _stays_zero(e, zeros):
                 zeros.add(e.outs[0].id)
         x = (_unit_divisor(eqn, fresh_results, returned) or _same_reshape(eqn, fresh_results, returned)
-             or _identity_transpose(eqn, fresh_results, returned) or _plus_zero(eqn, zeros, fresh_results, returned))
+             or _identity_transpose(eqn, fresh_results, returned) or _plus_zero(eqn, zeros, fresh_results, returned)
+             or _whole_slice(eqn, fresh_results, returned))
         if x is not None:
             rename[eqn.outs[0].id] = x
             counts[x.id] += counts.get(eqn.outs[0].id, 0) - 1
