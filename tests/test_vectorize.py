@@ -546,8 +546,9 @@ def _lane_products(lowered, lanes, w):
 def test_a_chain_of_row_factors_is_multiplied_per_column_then_contracted(norm):
     """The backward of ``np.abs(u) ** 2`` gives each lane its scalar times rows of 2|u| times rows of
     sign(u) (``np.square(u)``: the scalar times 2 times rows of u): the row factors are multiplied once
-    per column, the constants go on the lanes, and each column's cotangent is one grid_rowsum per
-    term, no (lanes, w) products. Entries at 0 (abs's kink) keep eager's values and gradients."""
+    per column (|u| sign(u) being u), the constants go on the lanes, and each column's cotangent is
+    one grid_rowsum per term, no (lanes, w) products. Entries at 0 (abs's kink) keep eager's values
+    and gradients."""
     n, w, r, b = 8, 5, 9, 2
     a, bb = rng.normal(size=(w, r, b)), rng.normal(size=(w, n, b))
     a[1, 2, 0] = a[3, 4, 1] = bb[0, 5, 1] = 0.0
@@ -556,6 +557,7 @@ def test_a_chain_of_row_factors_is_multiplied_per_column_then_contracted(norm):
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
     assert _count(lowered, "grid_rowsum") == 4
     assert not _lane_products(lowered, n * r * b, w)
+    assert _count(lowered, "_sign") == 0   # |u| sign(u) is u
     assert not any(e.prim.name == "grid_rowsum" and e.outs[0].shape[0] == n * r * b for e in lowered.program.eqns)
     fd_check(lambda a: f(a, bb, wts), (a,))
     fd_check(lambda bb: f(a, bb, wts), (bb,))
@@ -597,34 +599,62 @@ def test_a_lane_product_multiplies_its_row_factors_only_where_they_read_the_same
     assert made[g2.id].args == (2, g)   # the constant on the 12 lanes, not on the (4, 5) rows
 
 
+def test_abs_times_sign_is_the_array_only_for_one_real_array():
+    """Among a lane product's row factors, |x| sign(x) is x; |x| sign(y) stays as it is."""
+    x = rng.normal(size=(4, 5))
+    x[0, 0] = 0.0
+
+    def run(f, *args):
+        lowered = wg.jit(f).lower(*args)
+        eqns = lowered.program.eqns
+        parts = [e.outs[0] for e in eqns if e.prim.name in ("absolute", "sign")]
+        return _vectorize._abs_times_sign(parts, {e.outs[0].id: e for e in eqns}), lowered.program
+
+    same, program = run(lambda x: (wnp.abs(x), wnp.sign(x)), x)
+    assert [v.id for v in same] == [program.inputs[0].id]
+    other, _ = run(lambda x, y: (wnp.abs(x), wnp.sign(y)), x, x.copy())
+    assert len(other) == 2
+    np.testing.assert_array_equal(np.abs(x) * np.sign(x), x)
+
+
 @pytest.mark.parametrize("spelling", ["np.linalg.norm(u)", "np.linalg.norm(u, 2)"])
 def test_the_norms_backward_selects_and_divides_per_column(spelling):
     """``np.linalg.norm``'s backward ``x / where(norm == 0, 1, norm)`` expands the norms to x's shape
     before comparing and selecting: under the pass the comparison and the selection run once per
-    column (the broadcast comes after them), and the division reads the norms as a column. A column
-    of zeros keeps eager's gradient there (0, not nan)."""
-    n, w, r, b = 8, 5, 9, 2
+    column (the broadcast comes after them), and the division by each column's norm moves onto the
+    lanes' scalars (no (columns, w) division is left). A column of zeros keeps eager's gradient there
+    (0, not nan). Columns of w = 20: more elements than the 144 lanes."""
+    n, w, r, b = 8, 20, 9, 2
     a, bb = rng.normal(size=(w, r, b)), rng.normal(size=(w, n, b))
     wts = rng.normal(size=(n, r, b))
     norm = (lambda u: wnp.linalg.norm(u)) if spelling == "np.linalg.norm(u)" else (lambda u: wnp.linalg.norm(u, 2))
+
+    def per_column_work(lowered):
+        eqns = lowered.program.eqns
+        assert _count(lowered, "grid_rowsum") == 4 and _count(lowered, "broadcast_to") == 0
+        for name in ("where", "_is_zero"):
+            found = [e for e in eqns if e.prim.name == name]
+            assert found and all(e.outs[0].shape[-1] == 1 for e in found), [e.outs[0].shape for e in found]
+        assert not any(e.prim.name == "divide" and e.outs[0].shape[-1] == w for e in eqns)
+
     f = _cosine_loop(norm)
-    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
-    eqns = lowered.program.eqns
-    assert _count(lowered, "grid_rowsum") == 4 and _count(lowered, "broadcast_to") == 0
-    for name in ("where", "_is_zero"):
-        found = [e for e in eqns if e.prim.name == name]
-        assert found and all(e.outs[0].shape[-1] == 1 for e in found), [e.outs[0].shape for e in found]
+    per_column_work(vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4))
     fd_check(lambda a: f(a, bb, wts), (a,))
 
-    def g(x, c):   # a column of zeros: the norm's subgradient 0 there
-        return wnp.sum(wnp.stack([norm(x[:, i]) * c[i] for i in range(x.shape[1])]))
+    def g(x, y, wts):   # no division by the norms: columns of zeros allowed
+        out = wg.Buffer.zeros((n, r, b), x.dtype)
+        for k in range(b):
+            for j in range(r):
+                for i in range(n):
+                    u, v = y[:, i, k], x[:, j, k]
+                    out[i, j, k] = wnp.dot(u, v) + norm(u) * norm(v)
+        return wnp.sum(wnp.tanh(out.freeze()) * wts)
 
-    x, c = rng.normal(size=(w, N)), rng.normal(size=N)
-    x[:, 3] = 0.0
-    lowered = vectorized_like_eager(g, x, c)
-    assert all(e.outs[0].shape[-1] == 1 for e in lowered.program.eqns if e.prim.name in ("where", "_is_zero"))
-    grad = wg.jit(wg.grad(g))(x, c)
-    assert np.all(grad[:, 3] == 0.0) and np.all(np.isfinite(grad))
+    a[:, 4, 1] = bb[:, 2, 0] = 0.0
+    per_column_work(vectorized_like_eager(g, a, bb, wts, argnums=(0, 1), shrink=4))
+    grads = wg.jit(wg.grad(g, argnums=(0, 1)))(a, bb, wts)
+    assert all(np.all(np.isfinite(x)) for x in grads)
+    fd_check(lambda a: g(a, bb, wts), (a,))
 
 
 def test_elementwise_work_on_broadcasts_runs_on_the_arrays_broadcast():

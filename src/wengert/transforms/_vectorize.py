@@ -967,8 +967,8 @@ def vectorize(program, trace_type, stats=None, cut=None):
             if type(v) is Var:
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
-        result = contract_cotangents(contract_lanes(softmax_backward(result, fresh)), fresh)
-        result = elementwise_before_broadcasts(result, fresh)
+        result = contract_lanes(softmax_backward(result, fresh))
+        result = contract_cotangents(elementwise_before_broadcasts(result, fresh), fresh)
         result = _shared_indices(scatters_into_zeros_as_views(repeated_rows_as_views(narrow_lanes(result, fresh), fresh)))
         result = fold_constants(compose_reads(result))
     if stats is not None:
@@ -1342,18 +1342,30 @@ class _Products:
         self.made, self._known = [], {}
 
     def multiply(self, x, y):
-        return self._binary(multiply, x, y)
+        return self.binary(multiply, x, y)
 
     def add(self, x, y):
-        return self._binary(add, x, y)
+        return self.binary(add, x, y)
 
-    def _binary(self, prim, x, y):
+    def binary(self, prim, x, y):
+        """``prim(x, y)`` of two operands of one shape, or of an array and a constant."""
         key = (prim.name, id(x) if type(x) is not Var else x.id, id(y) if type(y) is not Var else y.id)
+        return self._made(key, prim, (x, y), {}, (x.shape, x.dtype) if type(x) is Var else (y.shape, y.dtype))
+
+    def reshape(self, x, shape):
+        return self._made(("reshape", x.id, shape), reshape, (x,), {"shape": shape}, (shape, x.dtype))
+
+    def take(self, x, rows):
+        """``x[rows]`` along the first axis."""
+        rows = np.asarray(rows, np.intp)
+        return self._made(("take", x.id, rows.tobytes()), getitem, (x,), {"index": (_rows_literal(rows),)},
+                          ((len(rows),) + x.shape[1:], x.dtype))
+
+    def _made(self, key, prim, args, params, out):
         known = self._known.get(key)
         if known is None:
-            shape, dtype = (x.shape, x.dtype) if type(x) is Var else (y.shape, y.dtype)
-            known = self.fresh(shape, dtype)
-            self.made.append(_eqn(prim, (x, y), {}, (known,), self.source))
+            known = self.fresh(*out)
+            self.made.append(_eqn(prim, args, params, (known,), self.source))
             self._known[key] = known
         return known
 
@@ -1398,22 +1410,56 @@ def _factors(v, producers, n):
 
 
 def _column_factors(s, products):
-    """The factors of the rows' array ``s`` (constants, arrays of s's shape) through the multiplies
-    that made it and that nothing else reads."""
+    """The factors of the rows' array ``s`` (m, w) through the multiplies and divisions that made it and
+    that nothing else reads: (constants, arrays of s's shape, row scalars), the row scalars
+    (c, multiply or divide) of (m, 1) arrays c, one value per row (the norm's backward x / |x|)."""
     eqn = products.producers.get(s.id)
-    if eqn is None or eqn.prim.name != "multiply" or len(eqn.args) != 2 or eqn.params or products.count.get(s.id) != 1:
-        return [], [s]
-    consts, parts = [], []
-    for a in eqn.args:
-        if type(a) is Var and a.shape == s.shape and a.dtype == s.dtype:
-            c, p = _column_factors(a, products)
+    name = eqn.prim.name if eqn is not None else None
+    if name not in ("multiply", "divide") or len(eqn.args) != 2 or eqn.params or products.count.get(s.id) != 1:
+        return [], [s], []
+    consts, parts, scalars = [], [], []
+    for k, a in enumerate(eqn.args):
+        if type(a) is Var and a.shape == s.shape and a.dtype == s.dtype and (name == "multiply" or k == 0):
+            c, p, r = _column_factors(a, products)
             consts += c
             parts += p
-        elif _keeps_dtype(a, s.dtype):
+            scalars += r
+        elif type(a) is Var and len(s.shape) == 2 and a.shape == (s.shape[0], 1) and a.dtype == s.dtype \
+                and (name == "multiply" or k == 1):
+            scalars.append((a, eqn.prim))
+        elif name == "multiply" and _keeps_dtype(a, s.dtype):
             consts.append(a)
         else:
-            return [], [s]
-    return consts, parts
+            return [], [s], []
+    return consts, parts, scalars
+
+
+_SIGN_RULES = {"wengert.primitives.elementwise", "wengert.primitives.complex", "wengert.primitives.linalg"}
+
+
+def _is_sign_of_real(eqn):
+    """Whether ``eqn`` is ``np.sign(x)`` of a real x: the ufunc, or the ``_sign`` constant of the rules of
+    abs and the norms (a staged elementwise function of those modules)."""
+    impl = eqn.prim.impl
+    return (impl is np.sign or (getattr(impl, "elementwise", False) and getattr(impl, "__name__", "") == "_sign"
+                                and getattr(impl, "__module__", "") in _SIGN_RULES)) \
+        and len(eqn.args) == 1 and not eqn.params and type(eqn.args[0]) is Var and eqn.args[0].dtype.kind == "f"
+
+
+def _abs_times_sign(parts, producers):
+    """The factors ``parts`` with each pair ``|x|``, ``sign(x)`` of a real x as x, which it is exactly
+    (0 at 0, nan at nan): the backward of ``np.abs(u) ** 2`` is 2 |u| sign(u), that is 2 u."""
+    made = [producers.get(p.id) for p in parts]
+    for k, e in enumerate(made):
+        if e is None or e.prim.name != "absolute" or len(e.args) != 1 or type(e.args[0]) is not Var \
+                or e.args[0].dtype.kind != "f" or e.args[0].dtype != parts[k].dtype:
+            continue
+        x = e.args[0]
+        for j, f in enumerate(made):
+            if f is not None and j != k and _is_sign_of_real(f) and f.args[0] is x and parts[j].dtype == x.dtype:
+                rest = [p for i, p in enumerate(parts) if i not in (j, k)]
+                return _abs_times_sign(rest + [x], producers)
+    return parts
 
 
 def _lane_product(v, products, n):
@@ -1432,14 +1478,26 @@ def _lane_product(v, products, n):
     if any(r.shape[1:] != v.shape[1:] or r.dtype != v.dtype or r.shape != read[0].shape for r in read) \
             or any(not np.array_equal(i, ridx) for _, i in rows[1:]) or g.dtype != v.dtype:
         return None
-    parts = []
+    parts, scalars = [], []
     for r in read:
-        c, p = _column_factors(r, products) if len(read) > 1 or r is not v else ([], [r])
+        c, p, k = _column_factors(r, products) if r is not v else ([], [r], [])
         consts += c
         parts += p
+        scalars += k
+    parts = _abs_times_sign(parts, products.producers)
     s = parts[0]
     for p in parts[1:]:
         s = products.multiply(s, p)
+    if scalars and len(ridx) < int(np.prod(s.shape, dtype=np.int64)):   # one value per lane, not per element
+        lanes = len(ridx)
+        if g.shape != (lanes,) or not np.array_equal(gidx, np.arange(lanes)):
+            g = products.take(g, gidx)
+        for c, prim in scalars:
+            g = products.binary(prim, g, products.take(products.reshape(c, c.shape[:1]), ridx))
+        gidx = np.arange(lanes)
+    else:
+        for c, prim in scalars:
+            s = products.binary(prim, s, c)
     if consts:
         c = consts[0]
         for k in consts[1:]:
