@@ -222,6 +222,37 @@ def test_check_grads_names_the_pytree_path_of_the_leaf(wrong_sin_rule):
                        ({"layer": Params(np.array([[1.5, 0.0], [1.2, 1.0]]), 1)},))
 
 
+# A value near 1e6 is rounded to within about 1e-10, which a central difference with eps = 1e-6 turns
+# into an error of up to about 1e-4 in a derivative near 1: more than rtol and atol allow, yet no
+# fault of the rule.
+def offset_sines(x):
+    return 1e6 + wnp.sum(wnp.sin(x))
+
+
+def scaled_sin(scale):
+    """sin with a custom rule whose derivative is ``scale`` times the true one."""
+    @wg.custom_vjp
+    def f(x):
+        return wnp.sin(x)
+    f.defvjp(lambda x: (wnp.sin(x), x), lambda x, g: (g * scale * wnp.cos(x),))
+    return f
+
+
+def test_check_grads_allows_for_the_round_off_of_the_differences_of_a_large_value():
+    x = np.linspace(-1.0, 1.0, 41)
+    assert wg.check_grads(offset_sines, (x,), modes=("rev", "fwd")) is None
+    right = scaled_sin(1.0)
+    assert wg.check_grads(lambda x: 1e6 + wnp.sum(right(x)), (x,)) is None
+
+
+@pytest.mark.parametrize("scale", [1.01, 0.99])
+def test_check_grads_still_catches_a_derivative_1_percent_off_on_a_large_value(scale):
+    x = np.linspace(-1.0, 1.0, 41)
+    wrong = scaled_sin(scale)
+    with pytest.raises(AssertionError, match=r"allowance for the differences' round-off"):
+        wg.check_grads(lambda x: 1e6 + wnp.sum(wrong(x)), (x,))
+
+
 def test_check_grads_holds_integer_arguments_and_leaves_fixed():
     x = np.array([0.5, 1.0, 2.0])
     assert wg.check_grads(lambda x, n: wnp.sum(x[:n] ** 2), (x, 2)) is None
