@@ -2,7 +2,9 @@
 ``as_text()``), and the rewritten program's values and gradients equal eager wengert's."""
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +14,9 @@ import wengert.numpy as wnp
 from wengert.primitives import nn as P
 from wengert.transforms import _ir
 from test_jit import assert_trees_close
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+import workloads  # noqa: E402
 
 rng = np.random.default_rng(7)
 
@@ -918,3 +923,63 @@ def test_a_loop_that_writes_every_element_once_makes_no_scatter():
             assert found == most and "ascontiguousarray" in text, text
         else:                  # the Buffer's scatter stays, beside x's cotangent's
             assert found >= 2, text
+
+
+def test_an_array_reduced_over_a_middle_axis_before_a_short_one_is_laid_out_batch_last():
+    """NumPy reduces with its inner loop along the axis last in memory: a (B, m, c) array reduced
+    over m with c < 8 runs B * m loops of c elements. Made from a vector by a reshape, it is made
+    with B last in memory instead (one copy); the same values and gradients, and no copy where the
+    last axes are long or there is no long batch axis to move."""
+    def softmaxed(v, shape, weights):
+        y = wnp.tanh(v).reshape(shape)
+        e = wnp.exp(y - wnp.max(y, axis=1, keepdims=True))
+        return wnp.sum(e / wnp.sum(e, axis=1, keepdims=True) * weights)
+
+    for shape, copies in (((16, 16, 4), 1), ((16, 2, 32), 0), ((4, 16, 16), 0), ((4, 64, 4), 0)):
+        v, weights = rng.standard_normal(int(np.prod(shape))), rng.standard_normal(shape)
+        got, want, text, plain = staged(lambda v: softmaxed(v, shape, weights), v)
+        assert_trees_close(got, want)
+        assert calls(text, "ascontiguousarray") == copies, (shape, text)
+
+
+def test_w1_lists_and_stack_reads_its_cotangent_once_and_unreversed():
+    """Seed 000's loop built as lists and stacked: the backward reads the softmax's cotangent as lanes
+    twice, once against the class's order (``-g`` reversed and back): one view, no reversal, and
+    the softmax over the stacked lanes runs with the batch last in memory, as the Buffer spelling's."""
+    n, w, r, b = 16, 3, 4, 8
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.standard_normal((n, r, b))
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[lists+stack, @]"]
+    got, want, text, plain = staged(f, a, bb, wts, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert_trees_close(got, workloads.w1_hand_einsum(a, bb, wts))
+    assert not re.findall(r"= \w+\[[^\]#]*::-1", text) and calls(text, "ascontiguousarray") == 1, text
+    assert len(re.findall(r"= ndarray_reshape\(\w+, \(512,\)\)", text)) == 1, text   # the lanes: 16 * 4 * 8
+
+
+def test_an_elementwise_function_of_a_reversal_reversed_again_is_the_function():
+    """``f(x[::-1])[::-1]`` is ``f(x)`` for an elementwise f of one operand; a reversal of another
+    axis, or a result read elsewhere too, stays."""
+    x = rng.standard_normal((6, 5))
+    c = rng.standard_normal((6, 5))
+
+    def once(x):
+        return wnp.sum(wnp.exp(wnp.negative(wnp.tanh(x)[::-1])[::-1] * c))
+
+    def other_axis(x):
+        return wnp.sum(wnp.exp(wnp.negative(wnp.tanh(x)[::-1])[:, ::-1] * c))
+
+    def read_twice(x):
+        s = wnp.negative(wnp.tanh(x)[::-1])
+        return wnp.sum(wnp.exp(s[::-1] * c)) + wnp.sum(s * s)
+
+    def reversals(text):   # reversed reads, not the comments' user lines
+        return re.findall(r"= \w+\[[^\]#]*::-1", text)
+
+    got, want, text, plain = staged(once, x)
+    assert_trees_close(got, want)
+    assert len(reversals(plain)) == 2 and reversals(text) == [], text
+    for f in (other_axis, read_twice):
+        got, want, text, plain = staged(f, x)
+        assert_trees_close(got, want)
+        assert len(reversals(text)) == 2, text
