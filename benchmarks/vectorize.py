@@ -6,7 +6,7 @@ Usage:  PYTHONPATH=src python benchmarks/vectorize.py [--quick] [--only W1 W2] [
 One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cosine loop, W2 = seed
 001's colwise attention, each with its results in a Buffer, written in place into a traced array,
 or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
-``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and four
+``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and five
 more norm spellings). Medians of one run, measured round-robin as in run.py and jit.py
 (run.measure: fast calls grouped into ~5 ms samples, each after one untimed call):
 
@@ -145,7 +145,7 @@ def main(argv=None):
                    help="also time vectorize=False on the seed-size 'loop' rows (tens of seconds to stage)")
     p.add_argument("--more-spellings", action="store_true",
                    help="also seed 000's Buffer loop with the dot product as np.vdot, np.einsum, np.tensordot, "
-                        "u.dot(v), np.matmul, and the norm as np.linalg.norm and three more (seed size)")
+                        "u.dot(v), np.matmul, and the norm as np.linalg.norm and four more (seed size)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="medians of wall-clock time, or of this process's CPU time (less moved by other "
                         "processes on a loaded machine; the first call is always wall-clock)")

@@ -103,7 +103,7 @@ CONTAINERS = ("Buffer", "in-place", "lists+stack")
 # other ways to write the dot product, and other ways to write the norm (the seed's own is the first)
 MORE_DOT_SPELLINGS = ("np.vdot", "np.einsum", "np.tensordot", "u.dot(v)", "np.matmul")
 NORM_SPELLINGS = ("np.sqrt(np.sum(u**2))", "np.linalg.norm(u)", "np.sqrt(np.dot(u, u))", "np.sqrt(np.sum(u*u))",
-                  "np.sqrt(np.sum(np.abs(u)**2))")
+                  "np.sqrt(np.sum(np.abs(u)**2))", "np.sqrt(np.sum(np.square(u)))")
 
 
 def dot_spelling(np, spelling):
@@ -119,7 +119,8 @@ def norm_spelling(np, spelling):
             "np.linalg.norm(u)": lambda u: np.linalg.norm(u),
             "np.sqrt(np.dot(u, u))": lambda u: np.sqrt(np.dot(u, u)),
             "np.sqrt(np.sum(u*u))": lambda u: np.sqrt(np.sum(u * u)),
-            "np.sqrt(np.sum(np.abs(u)**2))": lambda u: np.sqrt(np.sum(np.abs(u) ** 2))}[spelling]
+            "np.sqrt(np.sum(np.abs(u)**2))": lambda u: np.sqrt(np.sum(np.abs(u) ** 2)),
+            "np.sqrt(np.sum(np.square(u)))": lambda u: np.sqrt(np.sum(np.square(u)))}[spelling]
 
 
 def traced_zeros(np, shape, like):

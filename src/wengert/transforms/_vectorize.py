@@ -1251,7 +1251,10 @@ def _grid_add_plan(index, positions, columns, shape, lane):
 # The backward pass of a lane's ``dot(u, v)`` gives u the rows ``g * v`` (n, w): one product per
 # lane, gathered again and summed per column of u (a stack of one class's terms, or a scatter-add
 # into the cotangent). Over a grid those sums are one matmul of the lanes' cotangents g and the
-# rows v, never the (n, w) products.
+# rows v, never the (n, w) products. A lane's product may have more factors (the backward of
+# ``np.abs(u) ** 2``: g times rows of 2|u| times rows of sign(u)): the factors read at the same rows
+# are multiplied once per column, constants and one-value-per-row factors go on the lanes' scalars
+# where those are fewer, and the sum is still one matmul.
 def _grid_rowsum(g, s, plan):
     """``out[q] = sum over the lanes l of group q of g[gi(l)] * s[si(l)]`` (rows of ``s``), for
     ``gi``, ``si`` and the groups affine in a grid of the lanes: a matmul of strided views, the grid
@@ -1478,6 +1481,9 @@ def _lane_product(v, products, n):
     if any(r.shape[1:] != v.shape[1:] or r.dtype != v.dtype or r.shape != read[0].shape for r in read) \
             or any(not np.array_equal(i, ridx) for _, i in rows[1:]) or g.dtype != v.dtype:
         return None
+    made = products.producers[v.id]
+    if made.source is not None:   # the new equations are the backward this product was part of
+        products.source = made.source
     parts, scalars = [], []
     for r in read:
         c, p, k = _column_factors(r, products) if r is not v else ([], [r], [])
@@ -2189,7 +2195,8 @@ def elementwise_before_broadcasts(program, fresh):
     producers, out, changed = {}, [], False
     for eqn in program.eqns:
         res = eqn.outs[0]
-        if len(eqn.outs) == 1 and not eqn.params and not eqn.prim.multiple_results and _rule(eqn.prim) is elementwise_rule:
+        if len(eqn.outs) == 1 and not eqn.params and not eqn.prim.multiple_results and hasattr(eqn.prim, "batch") \
+                and _rule(eqn.prim) is elementwise_rule:   # the pass's own records (grid_dot ...) have no rule
             args = [_broadcast_of(a, producers) or a for a in eqn.args]
             if any(a is not b for a, b in zip(args, eqn.args)):
                 shapes = [a.shape for a in args if type(a) in (Var, np.ndarray)]
