@@ -983,3 +983,33 @@ def test_an_elementwise_function_of_a_reversal_reversed_again_is_the_function():
         got, want, text, plain = staged(f, x)
         assert_trees_close(got, want)
         assert len(reversals(text)) == 2, text
+
+
+def test_sums_over_the_rows_of_a_columns_view_sum_the_columns_in_place():
+    """A loop's ``sum(u ** 2)`` over the columns u = x[:, i, k]: the vectorizing pass reads the columns
+    as rows (a transposed copy of x) and sums each row; the squares are taken of x as it lies and
+    summed over x's own axis, then put in the rows' order. Where the squares are read again, the
+    rows' squares stay. Values and gradients equal eager's (and the hand gradient for W1)."""
+    n, w, r, b = 8, 5, 3, 4
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.standard_normal((n, r, b))
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, np.dot]"]
+    got, want, text, plain = staged(f, a, bb, wts, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert_trees_close(got, workloads.w1_hand_einsum(a, bb, wts))
+    assert calls(text, "square") == 2 and sorted(re.findall(r"= square\(x\d\)", text)) == ["= square(x0)", "= square(x1)"], text
+    assert len(re.findall(r"= add_reduce\(\w+, axis=\(0,\)", text)) == 2, text
+
+    x = rng.standard_normal((6, 4, 3))
+
+    def squares_read_twice(x):
+        out = wg.Buffer.zeros((4, 3), x.dtype)
+        for k in range(3):
+            for i in range(4):
+                q = x[:, i, k] ** 2
+                out[i, k] = wnp.sum(q) * wnp.sum(q * wnp.arange(6.0))
+        return wnp.sum(wnp.tanh(out.freeze()))
+
+    got, want, text, plain = staged(squares_read_twice, x)
+    assert_trees_close(got, want)
+    assert not re.findall(r"= square\(x\d\)", text), text
