@@ -436,3 +436,28 @@ def test_item_assignment_under_grad_inside_vmap_runs_once_per_example():
     _inside_vmap_equals_loop(wg.grad(functional), x)
     np.testing.assert_allclose(wg.vmap(lambda v: wg.grad(functional)(v))(x), np.stack([wg.grad(written)(r) for r in x]),
                                rtol=1e-12)
+
+
+def test_element_writes_whose_array_cotangent_arrives_shared_or_accumulated():
+    """The backward pass zeroes a written element of the array's cotangent in place: it must copy a
+    cotangent it does not own first (here add's, which z receives too) and add into one that another
+    use of the same version already started; constants and overwrites are among the writes."""
+    w = rng.standard_normal((3, 2))
+
+    def f(x):
+        z = wnp.ones((3, 2)) * x[1]            # made before the writes: its cotangent comes after theirs
+        out = wnp.zeros((3, 2)) + 0.0 * x[0]
+        for i in range(3):
+            out[i, 0] = x[i] * x[(i + 1) % 3]
+            out[i, 1] = 2.0                    # a constant: no cotangent for the value
+        out[1, 0] = wnp.sin(x[2])              # overwrite: the first value gets nothing
+        return wnp.sum((out + z) * w)          # add hands the same cotangent to out and to z
+    wg.check_grads(f, (rng.standard_normal(3),), order=1)
+
+    def twice(x):
+        out = wnp.zeros(4) + 0.0 * x[0]
+        out[0] = x[0] * x[1]
+        before = out + 1.0                     # this version of out is used here and by the next write
+        out[1] = x[2] ** 2
+        return wnp.sum(before * out)
+    wg.check_grads(twice, (rng.standard_normal(3),), order=1)

@@ -166,7 +166,29 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                 for gi, a in zip(g, ans)
             )
         if prim._fused_vjp is not None:
-            if prim.owned_vjp is not None and type(g) is np.ndarray:
+            if prim.owned_vjp is not None and type(g) is _ndarray:
+                if prim.element_write is prim.owned_vjp and inline and params["value_shape"] == ():
+                    # x[i, j] = v of one element (the loop out[i, j] = dot(u, w)), the owned rule written
+                    # out: v gets g[i, j] (a NumPy scalar, a copy), x gets g zeroed there, in place
+                    index = params["index"]
+                    piece = g[index]
+                    if type(piece) is not _ndarray:
+                        if not owned[i]:
+                            g = np.array(g)
+                        g[index] = 0
+                        parent = parents[0][1]   # core/mutation.py records (0, x), then (1, v) if v is traced
+                        if cts[parent] is None:
+                            cts[parent] = g
+                            owned[parent] = 1
+                        else:
+                            accumulate(cts, owned, parent, g)
+                        if len(parents) == 2:
+                            parent = parents[1][1]
+                            if cts[parent] is None:
+                                cts[parent] = piece
+                            else:
+                                accumulate(cts, owned, parent, piece)
+                        continue
                 # The rule may pass g on, changed in place, to a receiver that owns it in turn, so a
                 # chain of in-place writes copies the cotangent once, not once per write.
                 if not owned[i]:

@@ -383,7 +383,7 @@ class Primitive:
 
     __slots__ = ("name", "impl", "_vjp", "_fused_vjp", "jvp", "fused_jvp", "linear", "batch", "batched_vjp", "keep_ans",
                  "_keep_args", "value_args", "multiple_results", "records", "drop_args", "owned_vjp", "rewrite", "_reads", "plans", "arity",
-                 "_derived_ans", "indexed_read")
+                 "_derived_ans", "indexed_read", "element_write")
 
     def __init__(self, name, impl, vjp=None, jvp=None, batch=None, multiple_results=False, fused_vjp=None,
                  fused_jvp=None, linear=False, owned_vjp=None, batched_vjp=False):
@@ -406,6 +406,8 @@ class Primitive:
         self.drop_args = () if keep is None else tuple(i for i, k in enumerate(keep) if not k)
         self._derived_ans = self.keep_ans   # keep_ans may be set to True by hand later (nn.py)
         self.indexed_read = None   # x[index] (getitem): the VJP rule whose work the backward pass does inline
+        self.element_write = None  # x[index] = v (an in-place write): the owned rule whose work the backward
+        # pass does inline when one element was written
         self._reads = _rule_reads(vjp)
         self.plans = {} if self._reads is not None else None
         self.arity = len(self._reads) if self._reads is not None else -1   # positional arguments the plans cover

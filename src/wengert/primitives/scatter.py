@@ -103,6 +103,7 @@ def _tape_only(tangents, ans, args, params):
 # The tape entry of ``x[index] = v`` on a tracer (recorded by core/mutation.py, never called).
 # fused_jvp: a forward level writes by JVPTrace.write, which never records this entry
 write = defprim(None, (), name="setitem", fused_vjp=_write_vjp, owned_vjp=_write_vjp_owned, fused_jvp=_tape_only)
+write.element_write = _write_vjp_owned   # the backward pass does its work inline for one element
 
 
 def _scatter_multiply(x, v, index):
