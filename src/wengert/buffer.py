@@ -12,7 +12,7 @@ import numpy as np
 
 from .core import namespace
 from .core.mutation import InPlaceWriteError
-from .core.trace import Tracer, levels_of, make_tracer, unbox
+from .core.trace import ReverseTrace, Tracer, levels_of, make_tracer, unbox
 from .numpy._methods import clean_index
 from .primitives import elementwise as E
 from .primitives.scatter import buffer_snapshot, has_duplicates, index_add, scatter_multiply, scatter_set
@@ -27,7 +27,7 @@ class Buffer:
     Reading before freezing works (``buf[i]``). After ``freeze()`` the buffer refuses writes.
     """
 
-    __slots__ = ("_data", "_base", "_trace", "_writes", "_parents", "_frozen", "_functional")
+    __slots__ = ("_data", "_base", "_trace", "_writes", "_parents", "_frozen", "_functional", "_owned")
 
     def __init__(self, initial=None, *, like=None, shape=None, dtype=None):
         if initial is not None:
@@ -51,6 +51,7 @@ class Buffer:
         self._parents = []
         self._frozen = False
         self._functional = None
+        self._owned = False   # the functional state's sample is this Buffer's alone (see _write_functional)
         if self._trace is not None and self._trace.computes:
             self._functional = initial  # a level without a tape: functional updates from the start
 
@@ -78,7 +79,7 @@ class Buffer:
         elif kind is not int:
             index = clean_index(index)
         if self._functional is not None:
-            self._functional = scatter_set(self._functional, value, index=index)
+            self._write_functional(index, value)
             return
         if type(value) is Tracer:
             trace = value._trace
@@ -97,10 +98,25 @@ class Buffer:
             if self._trace is not None:
                 self._writes.append((index, None, None))
 
+    def _write_functional(self, index, value):
+        """A functional write; under ``jit(grad(...))`` the new state's sample is the old one written
+        in place when this Buffer alone reads it: the old state was made by its own last write, with
+        no read since (a read may be a view of the sample) and no one else holding it (the tape entry
+        of a write keeps neither the old state nor the result). A loop of writes then stages one copy
+        of the array, not one per write."""
+        state = self._functional
+        if self._owned and type(state) is Tracer and type(state._trace) is ReverseTrace:
+            inner = state.value
+            if type(inner) is Tracer and inner._trace.staged:
+                inner._trace.lend(inner)
+        self._functional = scatter_set(state, value, index=index)
+        self._owned = True
+
     def __getitem__(self, index):
         if type(index) is not int:
             index = clean_index(index)
         if self._functional is not None:
+            self._owned = False   # the read may be a view of the state's sample
             return getitem(self._functional, index=index)
         current = self._snapshot(final=False)
         if type(current) is Tracer:

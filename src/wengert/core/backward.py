@@ -165,6 +165,25 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                 else (a * 0 if gi is None else gi)
                 for gi, a in zip(g, ans)
             )
+        if type(g) is Tracer and prim.owned_vjp is not None and inline and g._trace.staged \
+                and is_plain_basic(params["index"]):
+            # a write under jit: x's cotangent (g zeroed at the write) is a new sample the pass holds
+            # alone (owned 2), which the chain's next write zeroes in place (owned_vjp): staging a
+            # loop of writes copies the cotangent's sample once, not once per write
+            if owned[i] == 2:
+                pieces = prim.owned_vjp(g, ans, args, params, parents)
+            elif prim._fused_vjp is not None:
+                pieces = prim._fused_vjp(g, ans, args, params, parents)
+            else:
+                pieces = [prim._vjp[position](g, ans, *args, **params) for position, _ in parents]
+            for (position, parent), c in zip(parents, pieces):
+                if c is not None:
+                    if cts[parent] is None:
+                        cts[parent] = c
+                        owned[parent] = 2 if position == 0 else 0
+                    else:
+                        accumulate(cts, owned, parent, c)
+            continue
         if prim._fused_vjp is not None:
             if prim.owned_vjp is not None and type(g) is _ndarray:
                 if prim.element_write is prim.owned_vjp and inline and params["value_shape"] == ():

@@ -21,8 +21,9 @@ def defprim(impl, vjp=None, name=None, multiple_results=False, jvp=None, linear=
     Reverse mode: ``vjp``, one rule (unary) or a tuple of rules, one per argument,
     ``rule(g, ans, *args, **params)``; or ``fused_vjp(g, ans, args, params, parents)`` for all
     traced operands at once (many operands: concatenate, einsum), with ``owned_vjp``, a variant
-    that may reuse ``g`` when the backward pass owns it. Forward mode: ``jvp`` (one rule or a tuple,
-    ``rule(t, ans, *args, **params)``), ``fused_jvp(tangents, ans, args, params)``, or
+    that may reuse ``g`` when the backward pass owns it (a write's; under jit also a staged ``g``
+    whose sample the pass holds alone, for writes with per-argument rules too). Forward mode:
+    ``jvp`` (one rule or a tuple, ``rule(t, ans, *args, **params)``), ``fused_jvp(tangents, ans, args, params)``, or
     ``linear=True`` (linear in its array arguments: the JVP is the primitive of the tangents).
     vmap: ``batch(prim, vals, batched, params, trace)``, a rule from ``_batching.py`` (see there),
     and ``batched_vjp=True`` where the VJP rules were checked on values that carry vmap's batch

@@ -66,10 +66,17 @@ def _batch_write(prim, vals, batched, params, size):
     return prim(x, v, index=stacked_index)
 
 
+def _scatter_set_vjp_owned(g, ans, args, params, parents):
+    """Both rules at once where the backward pass holds ``g``'s sample alone, under jit only
+    (core/backward.py): a Buffer's loop of writes, as ``_write_vjp_staged``."""
+    value_shape = _shape(args[1]) if any(position == 1 for position, _ in parents) else None
+    return _write_vjp_staged(g, params["index"], value_shape, parents)
+
+
 scatter_set = defprim(_scatter_set, (lambda g, ans, x, v, index: _zero_at(g, index),
                                      lambda g, ans, x, v, index: unbroadcast(getitem(g, index=index), v.shape)),
                       name="scatter_set", batch=one_batch_axis(_batch_write),
-                      fused_jvp=_scatter_set_jvp, batched_vjp=True)
+                      fused_jvp=_scatter_set_jvp, owned_vjp=_scatter_set_vjp_owned, batched_vjp=True)
 
 
 def _write_vjp(g, ans, args, params, parents):
@@ -83,6 +90,8 @@ def _write_vjp_owned(g, ans, args, params, parents):
     """The same, zeroing ``g`` in place when the backward pass owns it: a loop of writes costs
     what it wrote, not (writes x array size)."""
     index = params["index"]
+    if type(g) is Tracer:   # under jit (core/backward.py): g's sample is the pass's alone
+        return _write_vjp_staged(g, index, params["value_shape"], parents)
     piece = g[index]
     if type(piece) is np.ndarray:   # a view: copied before the zeroing (one element comes out as a
         piece = piece.copy()        # NumPy scalar, a copy already, as operations on 0-d arrays give)
@@ -93,6 +102,21 @@ def _write_vjp_owned(g, ans, args, params, parents):
     if len(parents) == 2:   # core/mutation.py records the parents as (0, x), then (1, v) when v is traced
         return (g, piece)
     return [g if position == 0 else piece for position, _ in parents]
+
+
+def _write_vjp_staged(g, index, value_shape, parents):
+    """``_write_vjp`` under jit when the backward pass holds ``g``'s sample alone: the written
+    value's cotangent is staged first, then the zeroing, whose sample is ``g``'s own zeroed in place
+    (``StagingTrace.zero_at``) unless that cotangent's sample is a view of it."""
+    piece = None
+    if any(position == 1 for position, _ in parents):
+        piece = unbroadcast(getitem(g, index=index), value_shape)
+    sample = piece.value if type(piece) is Tracer else piece
+    if type(sample) is np.ndarray and np.may_share_memory(sample, g.value):
+        zeroed = _zero_at(g, index)
+    else:
+        zeroed = g._trace.zero_at(g, index)
+    return [zeroed if position == 0 else piece for position, _ in parents]
 
 
 def _tape_only(tangents, ans, args, params):

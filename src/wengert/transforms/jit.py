@@ -72,6 +72,8 @@ _BACKWARD_CODE = _backward._backward.__code__
 # -------------------------------------------------------------------------------------------------
 
 
+_new = object.__new__   # a tracer without __init__, as core's make_tracer builds it (inlined in stage)
+
 _PRIMS = {"getitem": getitem, "scatter_set": scatter_set, "index_add": index_add, "add": add,
           "multiply": multiply, "fresh": (matmul, dot)}
 
@@ -142,7 +144,7 @@ class StagingTrace(Trace):
     """
 
     __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written", "last_write", "_sources",
-                 "record_sources")
+                 "record_sources", "lent")
     computes = staged = True
 
     def __init__(self, record_sources=True):
@@ -152,6 +154,7 @@ class StagingTrace(Trace):
         self.written = None   # id(base array) -> the variable of its latest in-place write
         self.last_write = 0   # the variable of the latest in-place write into any array
         self.guard = _process_instead
+        self.lent = None      # a staged value whose next write may update its sample in place (see lend)
         self.eqns = []
         self.vars = []
         self.sources = {}  # variable id -> where the equation that defined it was staged (if recorded)
@@ -205,6 +208,11 @@ class StagingTrace(Trace):
     def process(self, prim, args, vals, parents, params, impl=None):
         if not self.alive:
             raise LeakedTracerError(prim.name)
+        if self.lent is not None:
+            if prim is scatter_set and args[0] is self.lent and impl is None and type(self.lent.value) is np.ndarray \
+                    and is_plain_basic(params["index"]):
+                impl = _set_into
+            self.lent = None
         if self.written is not None:
             # only a value made before the latest write can be a view that a write overtook
             last = self.last_write
@@ -218,9 +226,10 @@ class StagingTrace(Trace):
         ``depth``: the first frame that may be the user's (4 from ``process``: its caller, bind or
         a rule, is wengert's). ``impl``: what computes the sample instead of ``prim.impl`` (the
         same values, written into an operand's sample that nothing else reads: see ``write``)."""
-        uses = []
-        operands, values = [], []
         variables = self.vars
+        uses = []
+        operands = []
+        values = []
         for a in args:
             t = type(a)
             if t is Tracer and a._trace is self:
@@ -235,7 +244,7 @@ class StagingTrace(Trace):
             else:  # a constant
                 operands.append(a)
                 values.append(a)
-        p_ops, p_vals = params, params
+        p_ops = p_vals = params
         if params:
             for k, v in params.items():
                 t = type(v)
@@ -244,12 +253,14 @@ class StagingTrace(Trace):
                     if p_ops is params:
                         p_ops, p_vals = dict(params), dict(params)
                     p_ops[k], p_vals[k] = op, val
-        if prim is getitem and len(uses) > 1:
-            _refuse_value_dependent_shape(p_ops["index"])
-        ans = (prim.impl if impl is None else impl)(*values, **p_vals)
-        if type(ans) is tuple and not prim.multiple_results and _NONDIFF_PRIMS.get((prim.impl, False)) is prim:
-            prim = _nondiff_primitive(prim.impl, multiple_results=True)  # np.histogram: (counts, edges)
-        if prim.multiple_results:
+            if prim is getitem and len(uses) > 1:
+                _refuse_value_dependent_shape(p_ops["index"])
+            ans = (prim.impl if impl is None else impl)(*values, **p_vals)
+        else:
+            ans = (prim.impl if impl is None else impl)(*values)
+        if prim.multiple_results or type(ans) is tuple and _NONDIFF_PRIMS.get((prim.impl, False)) is prim:
+            if not prim.multiple_results:
+                prim = _nondiff_primitive(prim.impl, multiple_results=True)  # np.histogram: (counts, edges)
             outs = tuple(self.new_var(a) for a in ans)
             result = tuple(self.wrap(a, o) for a, o in zip(ans, outs))
         else:
@@ -259,7 +270,10 @@ class StagingTrace(Trace):
             else:
                 var = self.new_var(ans)
             outs = (var,)
-            result = make_tracer(ans, self, var.id)
+            result = _new(Tracer)
+            result.value = ans
+            result._trace = self
+            result.index = var.id
         if self.record_sources:
             source = _user_frame(self, depth)
             sources = self.sources
@@ -287,6 +301,20 @@ class StagingTrace(Trace):
             x.value[index] = value.value if type(value) is Tracer else value
         x.index = new.index
         self.written[id(memory)] = self.last_write = x.index
+
+    def zero_at(self, g, index):
+        """``g`` with the elements at ``index`` (ints and slices) set to zero, as one staged
+        ``scatter_set`` whose sample is ``g``'s own, zeroed in place: the backward pass of a write
+        calls it where it holds ``g``'s sample alone (primitives/scatter.py, ``_write_vjp_staged``)."""
+        return self.process(scatter_set, (g, np.zeros((), g.value.dtype)), None, None, {"index": index}, _set_into)
+
+    def lend(self, x):
+        """The next operation, when it is a write into ``x`` (``scatter_set`` at ints and slices),
+        updates ``x``'s sample in place instead of a copy of it: ``x`` is a value whose sample
+        nothing else reads and whose holder drops it for the write's result (a Buffer's state, see
+        buffer.py). A loop of Buffer writes then costs the elements written, not a copy of the
+        array per write. Any other operation first takes the loan back."""
+        self.lent = x
 
     def add_at(self, acc, private, g, index):
         """``acc`` plus ``g`` at ``index`` (an index of ints and slices), as one ``index_add``: the
