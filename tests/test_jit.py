@@ -47,6 +47,26 @@ def test_cse_keys_tell_apart_values_python_calls_equal():
         _ir._key((1, object()))
 
 
+def test_cse_drops_identities_in_its_walk_as_the_two_passes_do():
+    """cse(program, multiply) is drop_identities then cse in one walk: the same program, with a
+    product by ones whose result another product repeats, and a returned product by ones kept."""
+    from wengert.primitives.elementwise import multiply, sin
+    x = _ir.Var(0, (3,), np.float64)
+    v = [_ir.Var(k, (3,), np.float64) for k in range(1, 7)]
+    eqns = [_ir.Eqn(multiply, (x, np.ones(3)), {}, (v[0],), (x,), None),      # x * 1: x
+            _ir.Eqn(sin, (v[0],), {}, (v[1],), (v[0],), None),
+            _ir.Eqn(sin, (x,), {}, (v[2],), (x,), None),                       # sin(x) again
+            _ir.Eqn(multiply, (v[1], v[2]), {}, (v[3],), (v[1], v[2]), None),
+            _ir.Eqn(multiply, (1.0, v[3]), {}, (v[4],), (v[3],), None),        # returned: kept
+            _ir.Eqn(multiply, (v[3], 2.0), {}, (v[5],), (v[3],), None)]
+    program = _ir.Program([x], eqns, [v[4], v[5], v[1]])
+    fused = _ir.cse(program, multiply)
+    apart = _ir.cse(_ir.drop_identities(program, multiply))
+    assert [(e.prim, e.args, e.outs) for e in fused.eqns] == [(e.prim, e.args, e.outs) for e in apart.eqns]
+    assert fused.outputs == apart.outputs
+    assert len(fused.eqns) == 4 and fused.outputs[2] is v[1]   # sin(x) once, x * 1 gone, 1.0 * v3 kept
+
+
 # --- staging and the cache -----------------------------------------------------------------------
 def test_jit_equals_eager_and_value_and_grad_stages_both_passes():
     w, x = rng.normal(size=(3, 2)), rng.normal(size=(4, 3))

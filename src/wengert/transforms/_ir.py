@@ -189,36 +189,49 @@ def _plain_slice(s):
     return (a is None or type(a) is int) and (b is None or type(b) is int) and (c is None or type(c) is int)
 
 
-def cse(program):
+def cse(program, multiply=None):
     """Compute each (primitive, operands, parameters) once: the same column read twice, the same
     rule constant made in two backward steps. Every primitive is a pure function of its operands.
-    It leaves no dead code: the first of two equal equations takes over the uses of the second."""
+    It leaves no dead code: the first of two equal equations takes over the uses of the second.
+    ``multiply``: also drop ``x * 1`` as :func:`drop_identities` does, in the same walk over the
+    program (one walk fewer over a loop's hundreds of thousands of equations)."""
     rename = {}
     seen = {}
     kept = []
+    append = kept.append
+    returned = {v.id for v in program.outputs if type(v) is Var} if multiply is not None else ()
     for eqn in program.eqns:
         if rename:
-            eqn = renamed(eqn, rename)
+            for v in eqn.uses:
+                if v.id in rename:
+                    eqn = renamed(eqn, rename)
+                    break
+        prim = eqn.prim
+        args = eqn.args
+        params = eqn.params
+        if prim is multiply and not params and len(args) == 2:
+            x = _identity_operand(eqn, returned)
+            if x is not None:
+                rename[eqn.outs[0].id] = x
+                continue
         try:
-            args = eqn.args
             n = len(args)
             if n == 1 and type(args[0]) is Var or n == 2 and type(args[0]) is Var and type(args[1]) is Var:
                 args_key = args
             else:
                 args_key = _key(args)
-            params = eqn.params
-            key = (eqn.prim, args_key, _params_key(params) if params else None)
+            key = (prim, args_key, _params_key(params) if params else None)
         except _Unhashable:
-            kept.append(eqn)
+            append(eqn)
             continue
         first = seen.get(key)
         if first is None:
             seen[key] = eqn
-            kept.append(eqn)
+            append(eqn)
         else:
             for o, f in zip(eqn.outs, first.outs):
                 rename[o.id] = f
-    outputs = [substitute(v, rename) for v in program.outputs]
+    outputs = [substitute(v, rename) for v in program.outputs] if rename else program.outputs
     return Program(program.inputs, kept, outputs)
 
 
@@ -233,12 +246,23 @@ def _is_one(c):
     return False
 
 
+def _identity_operand(eqn, returned):
+    """``x`` when the product ``eqn`` (two operands, no parameters) is ``x * 1`` and may be ``x``
+    itself (see :func:`drop_identities`), else None."""
+    a, b = eqn.args
+    x = b if type(a) is not Var and _is_one(a) else a if type(b) is not Var and _is_one(b) else None
+    out = eqn.outs[0]
+    if type(x) is Var and x.shape == out.shape and x.dtype == out.dtype and out.id not in returned:
+        return x
+    return None
+
+
 def drop_identities(program, multiply):
     """``x * 1`` is ``x``: the backward pass seeds a sum's cotangent with broadcast ones, and the
     first rule multiplies by them (an elementwise pass over the whole array per call). Dropped only
     where the result is ``x`` exactly: same shape and dtype as the product, so the ones neither
     broadcast ``x`` nor change its type, and not for a returned product (the caller gets a new array,
-    never ``x`` itself)."""
+    never ``x`` itself). :func:`cse` does the same in its walk when given ``multiply``."""
     rename = {}
     kept = []
     returned = {v.id for v in program.outputs if type(v) is Var}   # a result stays its own array
@@ -246,11 +270,9 @@ def drop_identities(program, multiply):
         if rename:
             eqn = renamed(eqn, rename)
         if eqn.prim is multiply and len(eqn.args) == 2 and not eqn.params:
-            a, b = eqn.args
-            x = b if type(a) is not Var and _is_one(a) else a if type(b) is not Var and _is_one(b) else None
-            out = eqn.outs[0]
-            if type(x) is Var and x.shape == out.shape and x.dtype == out.dtype and out.id not in returned:
-                rename[out.id] = x
+            x = _identity_operand(eqn, returned)
+            if x is not None:
+                rename[eqn.outs[0].id] = x
                 continue
         kept.append(eqn)
     outputs = [substitute(v, rename) for v in program.outputs] if rename else program.outputs
@@ -270,10 +292,10 @@ def optimize(program, prims, vectorize=None, donated=(), updates=True, simplify=
     the in-place updates (a program :func:`split` cuts in two gets them per part); ``simplify``
     and ``spell``: the rewrites of transforms/_rewrite.py, run after vectorizing and last, or None."""
     program = dce(program)
-    if PASSES["identities"]:
+    if PASSES["cse"]:   # with the identities dropped in the same walk
+        program = cse(program, prims["multiply"] if PASSES["identities"] else None)
+    elif PASSES["identities"]:
         program = drop_identities(program, prims["multiply"])
-    if PASSES["cse"]:
-        program = cse(program)
     if vectorize is not None:
         program = vectorize(program)
     if simplify is not None and PASSES["simplify"]:

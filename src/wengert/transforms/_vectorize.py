@@ -453,6 +453,7 @@ class _Signatures:
         self.key = {v.id: ("in", v.shape, v.dtype.str, k < cut) for k, v in enumerate(inputs)}
         self.depth = {v.id: 0 for v in inputs}
         self.ids = {}
+        self.slices = {}   # (start, stop, step) of ints and Nones -> the slice's key
         self.eqns, self.sigs, self.depths = [], [], []
 
     def operand(self, x, param=False):
@@ -482,7 +483,23 @@ class _Signatures:
     def index(self, index):
         """A getitem index with its integers left out (they vary along a loop)."""
         idx = index if type(index) is tuple else (index,)
-        return tuple("int" if _is_int(i) else self.operand(i, True) for i in idx)
+        out = []
+        for i in idx:
+            t = type(i)
+            if t is int:
+                out.append("int")
+            elif t is slice:   # a slice of Nones and ints (most): its key made once per run
+                a, b, c = i.start, i.stop, i.step
+                if (a is None or type(a) is int) and (b is None or type(b) is int) and (c is None or type(c) is int):
+                    known = self.slices.get((a, b, c))
+                    if known is None:
+                        known = self.slices[a, b, c] = self.operand(i, True)
+                    out.append(known)
+                else:
+                    out.append(self.operand(i, True))
+            else:
+                out.append("int" if _is_int(i) else self.operand(i, True))
+        return tuple(out)
 
     def record(self, eqn):
         k = len(self.eqns)
