@@ -281,9 +281,11 @@ def _record_plain_product(prim, a, b, va, vb):
     if guard is not None:
         if guard is not _stale_guard or trace.observe is not None:
             return None
-        last = trace.last_write   # _stale_guard, inlined: a tape with in-place writes
-        if a.index < last or b.index < last:
-            _check_not_stale(trace, (a, b), prim)
+        last = trace.last_write   # _stale_guard, inlined: a tape with in-place writes; an operand made
+        if a.index < last:        # after the latest write cannot be a view it overtook, so only the
+            _check_not_stale(trace, (a,), prim)   # older ones are looked up (a loop's fixed column)
+        if b.index < last:
+            _check_not_stale(trace, (b,), prim)
     plans = prim.plans
     if plans is None or prim.arity != 2:
         return None
