@@ -40,6 +40,18 @@ def staged(f, *args, argnums=0, vectorize=True):
     return jitted(*args), vg(*args), text, plain
 
 
+def staged_w1(spelling, n, w, r, b):
+    """Seed 000's loop in ``spelling`` at sizes N, W, R, B under jit, its value and gradient checked
+    against eager and the hand-written gradient: the program's text."""
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    wts = rng.standard_normal((n, r, b))
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)[spelling]
+    got, want, text, _ = staged(f, a, bb, wts, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert_trees_close(got, workloads.w1_hand_einsum(a, bb, wts))
+    return text
+
+
 def test_diagonal_of_a_product_and_its_gradient_use_the_diagonal_alone():
     """np.diag(a.T @ b) per step (W2's diagmatmul): the forward pass is one einsum, not the whole
     product; the backward pass multiplies by the cotangent, not by a dense diagonal matrix."""
@@ -946,13 +958,7 @@ def test_w1_lists_and_stack_reads_its_cotangent_once_and_unreversed():
     """Seed 000's loop built as lists and stacked: the backward reads the softmax's cotangent as lanes
     twice, once against the class's order (``-g`` reversed and back): one view, no reversal, and
     the softmax over the stacked lanes runs with the batch last in memory, as the Buffer spelling's."""
-    n, w, r, b = 16, 3, 4, 8
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.standard_normal((n, r, b))
-    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[lists+stack, @]"]
-    got, want, text, plain = staged(f, a, bb, wts, argnums=(0, 1))
-    assert_trees_close(got, want)
-    assert_trees_close(got, workloads.w1_hand_einsum(a, bb, wts))
+    text = staged_w1("loop[lists+stack, @]", n=16, w=3, r=4, b=8)
     assert not re.findall(r"= \w+\[[^\]#]*::-1", text) and calls(text, "ascontiguousarray") == 1, text
     assert len(re.findall(r"= ndarray_reshape\(\w+, \(512,\)\)", text)) == 1, text   # the lanes: 16 * 4 * 8
 
@@ -990,13 +996,7 @@ def test_sums_over_the_rows_of_a_columns_view_sum_the_columns_in_place():
     as rows (a transposed copy of x) and sums each row; the squares are taken of x as it lies and
     summed over x's own axis, then put in the rows' order. Where the squares are read again, the
     rows' squares stay. Values and gradients equal eager's (and the hand gradient for W1)."""
-    n, w, r, b = 8, 5, 3, 4
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.standard_normal((n, r, b))
-    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, np.dot]"]
-    got, want, text, plain = staged(f, a, bb, wts, argnums=(0, 1))
-    assert_trees_close(got, want)
-    assert_trees_close(got, workloads.w1_hand_einsum(a, bb, wts))
+    text = staged_w1("loop[Buffer, np.dot]", n=8, w=5, r=3, b=4)
     assert calls(text, "square") == 2 and sorted(re.findall(r"= square\(x\d\)", text)) == ["= square(x0)", "= square(x1)"], text
     assert len(re.findall(r"= add_reduce\(\w+, axis=\(0,\)", text)) == 2, text
 

@@ -43,6 +43,12 @@ def fd_check(f, args, argnum=0, eps=1e-6, samples=6):
         np.testing.assert_allclose(grad[index], numeric, rtol=1e-5, atol=1e-7)
 
 
+def w1_inputs(n, w, r, b):
+    """Seed 000's arguments at sizes N, W, R, B: a (W, R, B), b (W, N, B) and the weights (N, R, B)."""
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    return a, bb, rng.normal(size=(n, r, b))
+
+
 def vectorized_like_eager(f, *args, argnums=0, shrink=2):
     """jit(value_and_grad(f)) with the pass equals eager, and its program is ``shrink`` times smaller
     than the unvectorized one. Returns the Lowered."""
@@ -282,8 +288,7 @@ def test_a_running_sum_is_a_reduction():
 
 def test_nested_loops_seed_000_every_spelling():
     n, w, r, b = 3, 4, 2, 8
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.normal(size=(n, r, b))
+    a, bb, wts = w1_inputs(n, w, r, b)
     for name, f in workloads.w1_spellings_code(wnp, wg.Buffer).items():
         if "in-place" in name:
             continue
@@ -472,8 +477,7 @@ def test_strided_rows_of_either_memory_order(order):
 @pytest.mark.parametrize("spelling", ["loop[Buffer, np.dot]", "loop[lists+stack, np.sum(u*v)]", "loop[in-place, @]"])
 def test_seed_000_loop_becomes_matmuls_forward_and_backward(spelling):
     n, w, r, b = 8, 5, 9, 2   # a and b of different shapes: their column reads are two classes
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.normal(size=(n, r, b))
+    a, bb, wts = w1_inputs(n, w, r, b)
     f = workloads.w1_spellings_code(wnp, wg.Buffer)[spelling]
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
     assert _count(lowered, "grid_dot") == 1 and _count(lowered, "einsum") == 0
@@ -487,8 +491,7 @@ def test_rowsums_scale_the_lanes_not_the_rows():
     """The backward of the norms' ``x ** 2`` scales the (rows, w) columns by 2 for a grid_rowsum; with
     more elements in the rows than lanes the 2 multiplies the lanes' cotangents instead."""
     n, w, r, b = 4, 20, 3, 2
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.normal(size=(n, r, b))
+    a, bb, wts = w1_inputs(n, w, r, b)
     f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, np.dot]"]
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
     eqns = lowered.program.eqns
@@ -506,8 +509,7 @@ def test_a_norm_as_the_dot_of_a_column_with_itself_contracts_its_cotangent_per_c
     the cosine's dot cotangent before the scatter, each term is still one grid_rowsum per column: no
     (lanes, w) products are formed."""
     n, w, r, b = 8, 5, 9, 2
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.normal(size=(n, r, b))
+    a, bb, wts = w1_inputs(n, w, r, b)
     f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, np.dot, np.sqrt(np.dot(u, u))]"]
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
     eqns = lowered.program.eqns
@@ -736,8 +738,7 @@ def test_the_backward_reads_the_forward_classes_in_their_order():
     assert _reversed_reads(vectorized_like_eager(f, x)) == []
     fd_check(f, (x,))
     n, w, r, b = 8, 5, 9, 2
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.normal(size=(n, r, b))
+    a, bb, wts = w1_inputs(n, w, r, b)
     g = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[Buffer, @]"]
     lowered = vectorized_like_eager(g, a, bb, wts, argnums=(0, 1), shrink=4)
     assert _reversed_reads(lowered) == []
@@ -750,8 +751,7 @@ def test_the_backward_reads_the_forward_classes_in_their_order():
 
 def test_writes_that_overwrite_a_traced_array_everywhere():
     n, w, r, b = 8, 5, 9, 2
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
-    wts = rng.normal(size=(n, r, b))
+    a, bb, wts = w1_inputs(n, w, r, b)
     f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[in-place, np.sum(u*v)]"]
     step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
     close(step(a, bb, wts), workloads.w1_hand_einsum(a, bb, wts), rtol=1e-9)
@@ -866,9 +866,9 @@ def _cosines_then_softmax(extra):
 def _tied_columns(n=3, w=4, r=2, b=8):
     """Inputs of seed 000 whose softmax has its max twice in every batch: b[:, 0] = b[:, 1] = 2 a[:, 0]
     (cosine 1, the largest there is, twice)."""
-    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    a, bb, wts = w1_inputs(n, w, r, b)
     bb[:, 0] = bb[:, 1] = 2 * a[:, 0]
-    return a, bb, rng.normal(size=(n, r, b))
+    return a, bb, wts
 
 
 def _names(lowered):
