@@ -426,6 +426,56 @@ def test_repeated_reads_on_a_grid_scatter_their_cotangents_by_sums():
     fd_check(f, (x,))
 
 
+def _read_twice(body):
+    """Seed 000 with every column read twice per trip: where it is used (the dot and the norms in one
+    line) or normalized first and then dotted."""
+    def inline(a, b, wts):
+        n, r, k = b.shape[1], a.shape[1], a.shape[2]
+        out = wg.Buffer.zeros((n, r, k), a.dtype)
+        for t in range(k):
+            for j in range(r):
+                for i in range(n):
+                    out[i, j, t] = wnp.dot(b[:, i, t], a[:, j, t]) / (wnp.linalg.norm(b[:, i, t]) * wnp.linalg.norm(a[:, j, t]))
+        return wnp.sum(wnp.exp(out.freeze()) * wts)
+
+    def normalized(a, b, wts):
+        n, r, k = b.shape[1], a.shape[1], a.shape[2]
+        out = wg.Buffer.zeros((n, r, k), a.dtype)
+        for t in range(k):
+            units = [a[:, j, t] / wnp.linalg.norm(a[:, j, t]) for j in range(r)]
+            for i in range(n):
+                u = b[:, i, t] / wnp.linalg.norm(b[:, i, t])
+                for j in range(r):
+                    out[i, j, t] = wnp.dot(u, units[j])
+        return wnp.sum(wnp.exp(out.freeze()) * wts)
+    return {"inline": inline, "normalized first": normalized}[body]
+
+
+@pytest.mark.parametrize("body", ["inline", "normalized first"])
+def test_columns_read_twice_per_trip_add_their_cotangents_then_scatter_once(body):
+    # Two cotangents per column per trip: the pass adds the two batched ones and scatters once,
+    # so the program does not read back one row per member (its size does not grow with the loop).
+    f = _read_twice(body)
+    sizes = {}
+    for k in (3, 6):
+        a, bb, wts = w1_inputs(4, 5, 3, k)
+        lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
+        assert not any(e.prim.name == "stack" and len(e.args) > 4
+                       for e in lowered.program.eqns)
+        sizes[k] = lowered.eqns
+    assert sizes[6] <= sizes[3], sizes
+    fd_check(lambda a: f(a, bb, wts), (a,))
+    fd_check(lambda b: f(a, b, wts), (bb,))
+
+
+def test_equal_runs_of_positions():
+    links = [(slice(None), 0), (slice(None), 0), (slice(None), 1), (slice(None), 1)]
+    assert _vectorize._equal_runs(links, [0, 1, 2, 3]) == 2
+    assert _vectorize._equal_runs(links, [0, 2, 1, 3]) == 1      # alternating positions: no runs
+    assert _vectorize._equal_runs(links, [0, 1, 2]) == 1         # a short last run
+    assert _vectorize._equal_runs(links[:1] * 3, [0, 1, 2]) == 3
+
+
 @pytest.mark.parametrize("base", ["zeros", "values"])
 def test_grid_add_matches_add_at(base):
     r = np.random.default_rng(4)

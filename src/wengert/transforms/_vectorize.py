@@ -325,6 +325,18 @@ def _collapse_writes(eqns, outputs, fresh):
     return out
 
 
+def _equal_runs(links, chain):
+    """n > 1 when ``chain``'s positions come in runs of n equal ones (a loop body that adds two
+    cotangents into one column per trip, the backward of reading it twice), else 1."""
+    keys = [tuple(i for i in links[k] if type(i) is not slice) for k in chain]
+    n = 1
+    while n < len(keys) and keys[n] == keys[0]:
+        n += 1
+    if n == 1 or len(keys) % n or any(keys[s + r] != keys[s] for s in range(0, len(keys), n) for r in range(1, n)):
+        return 1
+    return n
+
+
 def _one_scatter(eqns, chain, links, fresh):
     """The chain's writes as one scatter (the last write of an element wins for scatter_set)."""
     first, last = eqns[chain[0]], eqns[chain[-1]]
@@ -340,12 +352,20 @@ def _one_scatter(eqns, chain, links, fresh):
     else:
         kept = chain
     idx0 = links[chain[0]]
+    # A loop body that reads the same column twice adds two cotangents per trip at one position:
+    # the chain then holds runs of equal positions. Each run's r-th values form a round (one
+    # class's members, in order), stacked apiece and added, so one scatter lands on each position
+    # once per trip and the rounds batch as whole classes, not one element read per member.
+    runs = _equal_runs(links, kept) if prim is index_add and None not in idx0 else 1
+    rounds = [kept[r::runs] for r in range(runs)]
+    kept = rounds[0]
     if None not in idx0:
         # Each kept write lands on its own elements (adds: their order is that of a sum's terms),
         # so a chain written in reverse order of position (a backward pass's) is taken forward:
         # its values are then stacked as the forward classes hold them, its index a forward slice.
         if len(kept) > 1 and _descending([[links[k][a] for k in kept] for a, i in enumerate(idx0) if type(i) is not slice]):
-            kept = kept[::-1]
+            rounds = [r[::-1] for r in rounds]
+            kept = rounds[0]
     target = np.broadcast_to(np.zeros((), bool), base.shape)[idx0].shape
     values = [eqns[k].args[1] for k in kept]
     source = last.source
@@ -374,26 +394,34 @@ def _one_scatter(eqns, chain, links, fresh):
         if whole:   # the backward's "zero the written elements", written everywhere: zeros
             return [_eqn(broadcast_to, (np.asarray(arrays[0], base.dtype),), {"shape": base.shape}, last.outs, source)]
         return [_eqn(prim, (base, values[0]), {"index": index}, last.outs, source)]
-    if not all(type(v) is Var and v.shape == target and v.dtype == values[0].dtype for v in values):
+    every = [eqns[k].args[1] for r in rounds for k in r]
+    if not all(type(v) is Var and v.shape == target and v.dtype == values[0].dtype for v in every):
         return None
     shape = target[:lane] + (len(values),) + target[lane:]
     stacked = fresh(shape, values[0].dtype)
+    if runs > 1:   # the rounds stacked and added: the scatter below stacks nothing more
+        stacks = [fresh(shape, values[0].dtype) for _ in rounds]
+        made = [_eqn(stack, [eqns[k].args[1] for k in r], {"axis": lane}, (out,), source)
+                  for r, out in zip(rounds, stacks)]
+        total = stacks[0]
+        for k, term in enumerate(stacks[1:]):
+            out = stacked if k == len(stacks) - 2 else fresh(shape, values[0].dtype)
+            made.append(_eqn(add, (total, term), {}, (out,), source))
+            total = out
+    else:
+        made = [_eqn(stack, values, {"axis": lane}, (stacked,), source)]
     if whole and regular is None:   # every element written once, at positions affine in the lanes
         plan = _grid_add_plan(index, positions, columns, base.shape, lane)
         if plan is not None and not plan.summed:   # the values copied through one strided view of zeros
             zeros = np.broadcast_to(np.zeros((), base.dtype), base.shape)
-            return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
-                    _eqn(GRID_ADD, (zeros, stacked), {"plan": plan}, last.outs, source)]
+            return [*made, _eqn(GRID_ADD, (zeros, stacked), {"plan": plan}, last.outs, source)]
     if prim is index_add and regular is None:
         plan = _grid_add_plan(index, positions, columns, base.shape, lane)
         if plan is not None:
-            return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
-                    _eqn(GRID_ADD, (base, stacked), {"plan": plan}, last.outs, source)]
-        return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
-                _eqn(SCATTER_ADD, (base, stacked), _segments(index, positions, columns, base.shape, lane),
+            return [*made, _eqn(GRID_ADD, (base, stacked), {"plan": plan}, last.outs, source)]
+        return [*made, _eqn(SCATTER_ADD, (base, stacked), _segments(index, positions, columns, base.shape, lane),
                      last.outs, source)]
-    return [_eqn(stack, values, {"axis": lane}, (stacked,), source),
-            _eqn(prim, (base, stacked), {"index": index}, last.outs, source)]
+    return [*made, _eqn(prim, (base, stacked), {"index": index}, last.outs, source)]
 
 
 def _scatter_add(base, values, index, lane, order, starts):
@@ -1688,9 +1716,8 @@ def _summed_view_rows(eqn, producers):
     else:
         return None
     lanes = np.take(cells // w, 0, axis=c)           # the lane of each cell, the column axis dropped
-    rest = [a - (a > c) for a in range(ndim) if a != c]
-    kept = [a for a, r in zip(range(ndim), rest) if a not in summed and a != c]
-    kept_r, summed_r = [rest[range(ndim).index(a)] for a in kept], [a - (a > c) for a in summed]
+    kept = [a for a in range(ndim) if a not in summed and a != c]
+    kept_r, summed_r = [a - (a > c) for a in kept], [a - (a > c) for a in summed]   # axes of lanes
     order = lanes.transpose(kept_r + summed_r)
     groups = int(np.prod([lanes.shape[a] for a in kept_r], dtype=np.int64))
     per = order.size // groups if groups else 0
