@@ -830,6 +830,37 @@ def test_a_loop_of_writes_under_jit_of_grad_equals_eager(container):
     np.testing.assert_allclose(step(x2)[1], flat, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("container", ["in-place", "Buffer"])
+def test_a_loop_of_element_writes_stages_one_zeroing_of_its_cotangent(container):
+    """The backward pass of a chain of single-element writes zeroes the cotangent at each written
+    element; under jit that is one equation, staged where the zeroed cotangent is first read, and
+    the written values' cotangents read the cotangent before any zeroing. The chain here covers
+    part of the array (index arrays), uses negative indices, writes one element twice (the first
+    value gets no cotangent) and ends in the gradient itself (add passes g on unchanged)."""
+    writes = [(0, 1), (-1, 2), (2, -3), (1, 1), (-4, 1), (3, 0)]   # (0, 1) again as (-4, 1)
+
+    def f(x, w):
+        y = x + 0.0 if container == "in-place" else wg.Buffer(x + 0.0)
+        for k, (i, j) in enumerate(writes):
+            y[i, j] = wnp.sum(w[k] * w[(k + 1) % len(writes)])
+        return wnp.sum((y if container == "in-place" else y.freeze()) ** 2)
+
+    x, w = rng.normal(size=(4, 3)), rng.normal(size=(len(writes), 5))
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)), vectorize=False)
+    for _ in range(2):   # the second call reuses the program on other values
+        assert_trees_close(step(x, w), wg.value_and_grad(f, argnums=(0, 1))(x, w))
+        gx = step(x, w)[1][0]
+        assert np.all(gx[[0, 3, 2, 1, 3], [1, 2, 0, 1, 0]] == 0) and np.all(gx[1:3, 2] == 2 * x[1:3, 2])
+        flat = central_differences(lambda v: f(x, v.reshape(w.shape)), w.ravel()).reshape(w.shape)
+        np.testing.assert_allclose(step(x, w)[1][1], flat, rtol=1e-6, atol=1e-7)
+        x, w = rng.normal(size=(4, 3)), rng.normal(size=(len(writes), 5))
+    text = step.lower(x, w).as_text()
+    zeroings = [line for line in text.splitlines() if "backward of" in line and re.search(r"set_in_place\(|scatter_set\(", line)]
+    # the chain's five distinct elements in one zeroing; the repeated element (0, 1) is zeroed
+    # already when the chain reaches it, so the chain is staged there and a second one starts
+    assert len(zeroings) == 2, zeroings
+
+
 def test_a_buffer_loop_under_jit_of_grad_copies_its_sample_once_per_read(monkeypatch):
     """Staging a Buffer's writes under jit(grad) updates the state's sample in place while the
     Buffer alone reads it: a read in between (which may be a view of that sample) makes the next

@@ -172,6 +172,10 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
             # loop of writes copies the cotangent's sample once, not once per write
             if owned[i] == 2:
                 pieces = prim.owned_vjp(g, ans, args, params, parents)
+            elif type(g.value) is _ndarray or isinstance(g.value, np.generic):
+                # the chain's first write: its rule gets g over a copy of g's sample, which the pass
+                # then holds alone (the copy the zeroing makes otherwise)
+                pieces = prim.owned_vjp(g._trace.own(g), ans, args, params, parents)
             elif prim._fused_vjp is not None:
                 pieces = prim._fused_vjp(g, ans, args, params, parents)
             else:

@@ -47,7 +47,7 @@ from ..primitives._batching import one_batch_axis
 from ..primitives.contractions import dot, matmul
 from ..primitives.scatter import scatter_set
 from ..primitives.elementwise import add, multiply
-from ..primitives.shape import getitem, index_add
+from ..primitives.shape import broadcast_to, getitem, index_add
 from . import _ir, _rewrite, _vectorize
 from .batching import vmap
 from .forward import jvp
@@ -144,7 +144,7 @@ class StagingTrace(Trace):
     """
 
     __slots__ = ("eqns", "vars", "sources", "program_inputs", "inputs", "written", "last_write", "_sources",
-                 "record_sources", "lent")
+                 "record_sources", "lent", "pending")
     computes = staged = True
 
     def __init__(self, record_sources=True):
@@ -155,6 +155,7 @@ class StagingTrace(Trace):
         self.last_write = 0   # the variable of the latest in-place write into any array
         self.guard = _process_instead
         self.lent = None      # a staged value whose next write may update its sample in place (see lend)
+        self.pending = {}     # variable id -> _ZeroedAt: a cotangent zeroed at elements, staged when read (zero_at)
         self.eqns = []
         self.vars = []
         self.sources = {}  # variable id -> where the equation that defined it was staged (if recorded)
@@ -191,6 +192,8 @@ class StagingTrace(Trace):
                 if x._trace.staged:
                     raise LeakedTracerError("a value of another jit")
                 raise _ClosedOver  # a jitted function called under grad/jvp/vmap closes over their values
+            if x.index in self.pending:
+                self.settle(x.index)
             var = self.vars[x.index]
             uses.append(var)
             return var, x.value
@@ -227,13 +230,17 @@ class StagingTrace(Trace):
         a rule, is wengert's). ``impl``: what computes the sample instead of ``prim.impl`` (the
         same values, written into an operand's sample that nothing else reads: see ``write``)."""
         variables = self.vars
+        pending = self.pending
         uses = []
         operands = []
         values = []
         for a in args:
             t = type(a)
             if t is Tracer and a._trace is self:
-                var = variables[a.index]
+                if pending and a.index in pending:
+                    var = self._read_zeroed(prim, a, params, not operands)
+                else:
+                    var = variables[a.index]
                 uses.append(var)
                 operands.append(var)
                 values.append(a.value)
@@ -303,10 +310,76 @@ class StagingTrace(Trace):
         self.written[id(memory)] = self.last_write = x.index
 
     def zero_at(self, g, index):
-        """``g`` with the elements at ``index`` (ints and slices) set to zero, as one staged
-        ``scatter_set`` whose sample is ``g``'s own, zeroed in place: the backward pass of a write
-        calls it where it holds ``g``'s sample alone (primitives/scatter.py, ``_write_vjp_staged``)."""
-        return self.process(scatter_set, (g, np.zeros((), g.value.dtype)), None, None, {"index": index}, _set_into)
+        """``g`` with the elements at ``index`` (ints and slices) set to zero, its sample ``g``'s own
+        zeroed in place: the backward pass of a write calls it where it holds ``g``'s sample alone
+        (primitives/scatter.py, ``_write_vjp_staged``). A chain of such zeroings of distinct single
+        elements (a loop's ``out[t, b] = v``, differentiated) is staged as one equation when the
+        result is first read (``settle``): the elements' own reads (the written values'
+        cotangents) read the chain's first array, where those elements are not zeroed yet."""
+        sample = g.value
+        if self.alive and type(index) is tuple and type(sample) is np.ndarray and len(index) == sample.ndim:
+            shape = sample.shape
+            key = []
+            for i, n in zip(index, shape):
+                if type(i) is not int or not -n <= i < n:
+                    break
+                key.append(i % n)
+            else:
+                key = tuple(key)
+                chain = self.pending.get(g.index)
+                if chain is None:
+                    chain = _ZeroedAt(self.vars[g.index], [], set(), 0,
+                                      _user_frame(self, 2) if self.record_sources else None)
+                if chain.count == len(chain.elements) and key not in chain.written:
+                    sample[key] = 0
+                    chain.elements.append(key)
+                    chain.written.add(key)
+                    var = self.new_var(sample)
+                    self.pending[var.id] = _ZeroedAt(chain.base, chain.elements, chain.written, chain.count + 1,
+                                                     chain.source)
+                    if chain.source is not None:
+                        self.sources[var.id] = chain.source
+                    return self.wrap(sample, var)
+        return self.process(scatter_set, (g, np.zeros((), sample.dtype)), None, None, {"index": index}, _set_into)
+
+    def own(self, x):
+        """``x`` over a copy of its sample, which the caller then holds alone (see ``zero_at``)."""
+        return self.wrap(np.array(x.value), self.vars[x.index])
+
+    def _read_zeroed(self, prim, x, params, first):
+        """The variable an equation reads for ``x``, a chain of zeroings not staged yet: its first
+        array for a read of one element the chain has not zeroed, else ``x`` itself, staged now."""
+        chain = self.pending[x.index]
+        if prim is getitem and first and chain.count == len(chain.elements):
+            index = params["index"]
+            shape = x.value.shape
+            if type(index) is tuple and len(index) == len(shape):
+                key = []
+                for i, n in zip(index, shape):
+                    if type(i) is not int or not -n <= i < n:
+                        break
+                    key.append(i % n)
+                else:
+                    if tuple(key) not in chain.written:
+                        return chain.base
+        self.settle(x.index)
+        return self.vars[x.index]
+
+    def settle(self, index):
+        """Stage the zeroing that defines variable ``index`` (see ``zero_at``): one ``scatter_set``
+        of zero at the chain's elements (index arrays, in order of position), or zeros where the
+        chain zeroed every element. Its sample is zeroed already."""
+        chain = self.pending.pop(index)
+        var = self.vars[index]
+        elements = chain.elements[:chain.count]
+        zero = np.zeros((), var.dtype)
+        if len(elements) == int(np.prod(var.shape, dtype=np.int64)):
+            eqn = _ir.Eqn(broadcast_to, (zero,), {"shape": var.shape}, (var,), (), chain.source)
+        else:
+            elements.sort()
+            columns = tuple(np.array(c, np.intp) for c in zip(*elements))
+            eqn = _ir.Eqn(scatter_set, (chain.base, zero), {"index": columns}, (var,), (chain.base,), chain.source)
+        self.eqns.append(eqn)
 
     def lend(self, x):
         """The next operation, when it is a write into ``x`` (``scatter_set`` at ints and slices),
@@ -346,6 +419,22 @@ class StagingTrace(Trace):
             "a branch on this value would be baked in. Mark the argument it comes from static "
             "(wg.jit(f, static_argnums=...) or static_argnames=...), or compute both branches and "
             "choose with wnp.where(condition, a, b).")
+
+
+class _ZeroedAt:
+    """A cotangent zeroed at single elements, not staged yet (``StagingTrace.zero_at``): the
+    chain's first array ``base`` with the first ``count`` of ``elements`` (tuples of ints) zeroed.
+    A chain's members share ``elements`` and ``written`` (the same elements, as a set): only its
+    latest member, whose ``count`` is their length, may go on or read the base."""
+
+    __slots__ = ("base", "elements", "written", "count", "source")
+
+    def __init__(self, base, elements, written, count, source):
+        self.base = base
+        self.elements = elements
+        self.written = written
+        self.count = count
+        self.source = source
 
 
 def _set_into(x, v, index):
@@ -776,6 +865,8 @@ class Jitted:
                     if leaf._trace.alive and not leaf._trace.staged:
                         raise _ClosedOver
                     raise LeakedTracerError("jit")
+                if leaf.index in trace.pending:
+                    trace.settle(leaf.index)
                 outputs.append(trace.vars[leaf.index])
             else:
                 outputs.append(leaf)
