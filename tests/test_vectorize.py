@@ -456,24 +456,13 @@ def test_columns_read_twice_per_trip_add_their_cotangents_then_scatter_once(body
     # Two cotangents per column per trip: the pass adds the two batched ones and scatters once,
     # so the program does not read back one row per member (its size does not grow with the loop).
     f = _read_twice(body)
-    sizes = {}
-    for k in (3, 6):
-        a, bb, wts = w1_inputs(4, 5, 3, k)
-        lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
-        assert not any(e.prim.name == "stack" and len(e.args) > 4
-                       for e in lowered.program.eqns)
-        sizes[k] = lowered.eqns
-    assert sizes[6] <= sizes[3], sizes
+    a, bb, wts = w1_inputs(4, 5, 3, 6)
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
+    member_reads = [e for e in lowered.program.eqns if e.prim.name == "getitem"
+                    and type((e.params["index"] if type(e.params["index"]) is tuple else (e.params["index"],))[0]) is int]
+    assert not member_reads and not any(e.prim.name == "stack" and len(e.args) > 4 for e in lowered.program.eqns)
     fd_check(lambda a: f(a, bb, wts), (a,))
     fd_check(lambda b: f(a, b, wts), (bb,))
-
-
-def test_equal_runs_of_positions():
-    links = [(slice(None), 0), (slice(None), 0), (slice(None), 1), (slice(None), 1)]
-    assert _vectorize._equal_runs(links, [0, 1, 2, 3]) == 2
-    assert _vectorize._equal_runs(links, [0, 2, 1, 3]) == 1      # alternating positions: no runs
-    assert _vectorize._equal_runs(links, [0, 1, 2]) == 1         # a short last run
-    assert _vectorize._equal_runs(links[:1] * 3, [0, 1, 2]) == 3
 
 
 @pytest.mark.parametrize("base", ["zeros", "values"])
@@ -533,8 +522,19 @@ def test_seed_000_loop_becomes_matmuls_forward_and_backward(spelling):
     assert _count(lowered, "grid_dot") == 1 and _count(lowered, "einsum") == 0
     # each column's cotangent: the lanes' g * v summed per column, one matmul per term, no (n, w) products
     assert _count(lowered, "grid_rowsum") >= 4
-    assert not any(e.prim.name == "multiply" and e.outs[0].shape == (n * r * b, w) for e in lowered.program.eqns)
+    assert not any(e.prim.name == "multiply" and np.prod(e.outs[0].shape) == n * r * b * w for e in lowered.program.eqns)
     fd_check(lambda a: f(a, bb, wts), (a,))
+
+
+def test_a_column_read_by_consecutive_trips_is_contracted_not_split_by_trip():
+    # lists+stack reads b[:, i, k] in r consecutive trips: its cotangent chain has runs of r equal
+    # positions, each the same computation; they are summed per column as matmuls, not taken apart
+    n, w, r, b = 5, 4, 2, 3
+    a, bb, wts = w1_inputs(n, w, r, b)
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)["loop[lists+stack, np.sum(u*v)]"]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+    assert _count(lowered, "grid_rowsum") >= 4
+    assert not any(e.prim.name == "multiply" and np.prod(e.outs[0].shape) == n * r * b * w for e in lowered.program.eqns)
 
 
 def test_rowsums_scale_the_lanes_not_the_rows():

@@ -272,6 +272,7 @@ def _collapse_writes(eqns, outputs, fresh):
     taken = set()
     replaced = {}
     removed = set()
+    made_by = _made_by(eqns)
     for start, first in enumerate(eqns):
         if links[start] is None or start in taken:
             continue
@@ -307,7 +308,7 @@ def _collapse_writes(eqns, outputs, fresh):
         taken.update(chain)
         if len(chain) < 2:
             continue
-        new = _one_scatter(eqns, chain, links, fresh)
+        new = _one_scatter(eqns, chain, links, fresh, made_by)
         if new is None:
             continue
         removed.update(chain[:-1])
@@ -325,19 +326,48 @@ def _collapse_writes(eqns, outputs, fresh):
     return out
 
 
-def _equal_runs(links, chain):
-    """n > 1 when ``chain``'s positions come in runs of n equal ones (a loop body that adds two
-    cotangents into one column per trip, the backward of reading it twice), else 1."""
+def _made_by(eqns):
+    """A function giving ``eqns``' producers by variable id, computed on first use."""
+    found = []
+
+    def producers():
+        if not found:
+            found.append(producers_of(Program([], eqns, [])))
+        return found[0]
+    return producers
+
+
+def _form(v, producers, depth=3):
+    """The primitives that made ``v``, ``depth`` levels up: equal for the same computation in two
+    trips of a loop, different for two computations (a dot's cotangent and a norm's)."""
+    eqn = producers.get(v.id) if type(v) is Var else None
+    if eqn is None or not depth:
+        return None
+    return eqn.prim.name, tuple(_form(a, producers, depth - 1) for a in eqn.args)
+
+
+def _computations(links, chain, values, producers):
+    """p > 1 when each trip of a loop adds p different computations into one position of the chain
+    (the backward of reading a column p times: a dot's cotangent and a norm's): its positions come
+    in runs of equal ones whose values' forms repeat with period p. Else 1 (one read per trip, of
+    a column the next trips read again: the scatter's grid sums those)."""
     keys = [tuple(i for i in links[k] if type(i) is not slice) for k in chain]
     n = 1
     while n < len(keys) and keys[n] == keys[0]:
         n += 1
     if n == 1 or len(keys) % n or any(keys[s + r] != keys[s] for s in range(0, len(keys), n) for r in range(1, n)):
         return 1
-    return n
+    forms = [_form(v, producers) for v in values[:n]]
+    for p in range(2, n + 1):
+        if n % p == 0 and None not in forms[:p] and len(set(forms[:p])) == p \
+                and all(forms[q] == forms[q % p] for q in range(n)):
+            break
+    else:
+        return 1
+    return p if all(_form(v, producers) == forms[q % p] for q, v in enumerate(values)) else 1
 
 
-def _one_scatter(eqns, chain, links, fresh):
+def _one_scatter(eqns, chain, links, fresh, made_by):
     """The chain's writes as one scatter (the last write of an element wins for scatter_set)."""
     first, last = eqns[chain[0]], eqns[chain[-1]]
     prim, base = first.prim, first.args[0]
@@ -352,11 +382,12 @@ def _one_scatter(eqns, chain, links, fresh):
     else:
         kept = chain
     idx0 = links[chain[0]]
-    # A loop body that reads the same column twice adds two cotangents per trip at one position:
-    # the chain then holds runs of equal positions. Each run's r-th values form a round (one
-    # class's members, in order), stacked apiece and added, so one scatter lands on each position
-    # once per trip and the rounds batch as whole classes, not one element read per member.
-    runs = _equal_runs(links, kept) if prim is index_add and None not in idx0 else 1
+    # A loop body that reads the same column p times adds p cotangents per trip at one position
+    # (a dot's and a norm's). Each computation's values form a round (one class's members, in
+    # order), stacked apiece and added, so the rounds batch as whole classes, not one element
+    # read per member interleaved into one stack.
+    runs = _computations(links, kept, [eqns[k].args[1] for k in kept], made_by()) \
+        if prim is index_add and None not in idx0 and len(kept) > 1 and links[kept[0]] == links[kept[1]] else 1
     rounds = [kept[r::runs] for r in range(runs)]
     kept = rounds[0]
     if None not in idx0:
@@ -399,15 +430,20 @@ def _one_scatter(eqns, chain, links, fresh):
         return None
     shape = target[:lane] + (len(values),) + target[lane:]
     stacked = fresh(shape, values[0].dtype)
-    if runs > 1:   # the rounds stacked and added: the scatter below stacks nothing more
-        stacks = [fresh(shape, values[0].dtype) for _ in rounds]
-        made = [_eqn(stack, [eqns[k].args[1] for k in r], {"axis": lane}, (out,), source)
-                  for r, out in zip(rounds, stacks)]
-        total = stacks[0]
-        for k, term in enumerate(stacks[1:]):
-            out = stacked if k == len(stacks) - 2 else fresh(shape, values[0].dtype)
-            made.append(_eqn(add, (total, term), {}, (out,), source))
+    if runs > 1:
+        # the rounds stacked lanes first (each one class's batched result), added, the lanes then
+        # moved to their axis: the scatter below stacks nothing more
+        first = (len(values),) + target
+        made, total = [], None
+        for r in rounds:
+            out = fresh(first, values[0].dtype)
+            made.append(_eqn(stack, [eqns[k].args[1] for k in r], {"axis": 0}, (out,), source))
+            if total is not None:
+                out, term = fresh(first, values[0].dtype), out
+                made.append(_eqn(add, (total, term), {}, (out,), source))
             total = out
+        axes = tuple(range(1, lane + 1)) + (0,) + tuple(range(lane + 1, len(shape)))
+        made.append(_eqn(transpose, (total,), {"axes": axes}, (stacked,), source))
     else:
         made = [_eqn(stack, values, {"axis": lane}, (stacked,), source)]
     if whole and regular is None:   # every element written once, at positions affine in the lanes
