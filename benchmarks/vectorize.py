@@ -1,13 +1,15 @@
 """wg.jit's vectorizing pass on the seeds' per-column loops, in every spelling users write.
 
 Usage:  PYTHONPATH=src python benchmarks/vectorize.py [--quick] [--only W1 W2] [--sixteen all|loop|none]
-                                                       [--unvectorized] [--more-spellings] [--clock cpu]
+                                                       [--unvectorized] [--more-spellings] [--more-loops]
+                                                       [--clock cpu]
 
 One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cosine loop, W2 = seed
 001's colwise attention, each with its results in a Buffer, written in place into a traced array,
 or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
 ``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and five
-more norm spellings). Medians of one run, measured round-robin as in run.py and jit.py
+more norm spellings; with ``--more-loops`` the loops themselves written six (W1) and five (W2)
+further ways: workloads.W1_LOOP_FORMS, W2_LOOP_FORMS). Medians of one run, measured round-robin as in run.py and jit.py
 (run.measure: fast calls grouped into ~5 ms samples, each after one untimed call):
 
 * ``jit`` = ``wg.jit(wg.value_and_grad(f))`` with the pass (the default), checked against ``hand``;
@@ -48,7 +50,7 @@ def _ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def loop_rows(quick, only, sixteen, more=False):
+def loop_rows(quick, only, sixteen, more=False, forms=False):
     rows = []
     for row in workloads.w1_rows(quick) + workloads.w2_rows(quick):
         if only and row.workload not in only:
@@ -76,7 +78,22 @@ def loop_rows(quick, only, sixteen, more=False):
                 rows.append(workloads.Row("W1", r.size, workloads.spelling_name(c, d, n), workloads.w1_spellings_code,
                                           r.hand, r.args, r.argnums, loop_iterations=r.loop_iterations,
                                           spelling=(c, d, n)))
+    if forms:   # the loops themselves written further ways (workloads.W1_LOOP_FORMS, W2_LOOP_FORMS), seed size
+        for name, code, kinds in (("W1", workloads.w1_loop_forms_code, workloads.W1_LOOP_FORMS),
+                                  ("W2", workloads.w2_loop_forms_code, workloads.W2_LOOP_FORMS)):
+            seed = [r for r in rows if r.workload == name and not r.size.startswith("16x")][:1]
+            if only and name not in only or not seed:
+                continue
+            r = seed[0]
+            for kind in kinds:
+                rows.append(workloads.Row(name, r.size, f"form[{kind}]", _with_at(code, kind), r.hand, r.args,
+                                          r.argnums, hand_args=r.hand_args, loop_iterations=r.loop_iterations))
     return rows
+
+
+def _with_at(code, kind):
+    """A Row's code for one loop form, with wengert's functional update of any array (``wg.at``)."""
+    return lambda np, Buffer=None: {f"form[{kind}]": code(np, Buffer, at=wg.at)[kind]}
 
 
 def bench(row, repeat, unvectorized, clock="wall", cold=False, budget=2.0):
@@ -146,6 +163,11 @@ def main(argv=None):
     p.add_argument("--more-spellings", action="store_true",
                    help="also seed 000's Buffer loop with the dot product as np.vdot, np.einsum, np.tensordot, "
                         "u.dot(v), np.matmul, and the norm as np.linalg.norm and four more (seed size)")
+    p.add_argument("--more-loops", action="store_true",
+                   help="also the loops themselves written further ways, seed size: W1 with every column read "
+                        "where used, columns normalized first, lists + np.array, x.at[].set, the batch innermost, "
+                        "a matrix-vector product per (j, k); W2 with b outer, lists + np.array, an einsum per "
+                        "column, x.at[].set, one row per step")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="medians of wall-clock time, or of this process's CPU time (less moved by other "
                         "processes on a loaded machine; the first call is always wall-clock)")
@@ -157,7 +179,7 @@ def main(argv=None):
     how = "one call each, cold" if args.cold else "each sample after an untimed call"
     print(f"numpy {np.__version__}; medians of {args.repeat} ({args.clock} time), measured round-robin, {how}")
     results = []
-    for row in loop_rows(args.quick, args.only, args.sixteen, args.more_spellings):
+    for row in loop_rows(args.quick, args.only, args.sixteen, args.more_spellings, args.more_loops):
         unvec = args.unvectorized and row.formulation == "loop" and not row.size.startswith("16x")
         results.append(bench(row, 3 if args.quick else args.repeat, unvec, args.clock, args.cold,
                              0.2 if args.quick else 2.0))

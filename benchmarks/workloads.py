@@ -171,6 +171,83 @@ def w1_spellings_code(np, Buffer=None):
                                                                  norm_spelling(np, n)) for n in NORM_SPELLINGS[1:]})
     return spellings
 
+# more ways to write seed 000's loop itself (benchmarks/vectorize.py --more-loops): where the
+# columns are read, what the results are collected in, the loop order, how the work is split
+W1_LOOP_FORMS = ("inline reads", "normalized first", "lists+np.array", "x.at[].set", "loop order i,j,k",
+                 "matrix-vector per (j,k)")
+
+
+def w1_loop_forms_code(np, Buffer=None, at=None):
+    """Seed 000's loop written further ways (``at``: the library's functional update of any array,
+    ``wg.at`` for wengert)."""
+    softmax = softmax_code(np)
+
+    def cos(u, v):
+        return np.dot(u, v) / (np.sqrt(np.sum(u ** 2)) * np.sqrt(np.sum(v ** 2)))
+
+    def inline_reads(a, b, wts):      # every column read where it is used: twice per trip
+        W, R, B = a.shape
+        N = b.shape[1]
+        out = Buffer.zeros((N, R, B), a.dtype)
+        for k in range(B):
+            for j in range(R):
+                for i in range(N):
+                    out[i, j, k] = np.dot(b[:, i, k], a[:, j, k]) / (np.linalg.norm(b[:, i, k])
+                                                                      * np.linalg.norm(a[:, j, k]))
+        return np.sum(softmax(out.freeze(), axis=0) * wts)
+
+    def normalized_first(a, b, wts):  # unit columns first, then their dot products
+        W, R, B = a.shape
+        N = b.shape[1]
+        out = Buffer.zeros((N, R, B), a.dtype)
+        for k in range(B):
+            units = [a[:, j, k] / np.linalg.norm(a[:, j, k]) for j in range(R)]
+            for i in range(N):
+                u = b[:, i, k] / np.linalg.norm(b[:, i, k])
+                for j in range(R):
+                    out[i, j, k] = np.dot(u, units[j])
+        return np.sum(softmax(out.freeze(), axis=0) * wts)
+
+    def lists_array(a, b, wts):       # nested lists made an array, softmax over the whole array
+        W, R, B = a.shape
+        N = b.shape[1]
+        S = np.array([[[cos(b[:, i, k], a[:, j, k]) for k in range(B)] for j in range(R)] for i in range(N)])
+        return np.sum(softmax(S, axis=0) * wts)
+
+    def at_set(a, b, wts):            # functional updates, one per element (JAX's idiom)
+        W, R, B = a.shape
+        N = b.shape[1]
+        S = np.zeros((N, R, B), a.dtype)
+        for i in range(N):
+            for j in range(R):
+                for k in range(B):
+                    S = at(S)[i, j, k].set(cos(b[:, i, k], a[:, j, k]))
+        return np.sum(softmax(S, axis=0) * wts)
+
+    def loop_order_ijk(a, b, wts):    # the batch innermost
+        W, R, B = a.shape
+        N = b.shape[1]
+        out = Buffer.zeros((N, R, B), a.dtype)
+        for i in range(N):
+            for j in range(R):
+                for k in range(B):
+                    out[i, j, k] = cos(b[:, i, k], a[:, j, k])
+        return np.sum(softmax(out.freeze(), axis=0) * wts)
+
+    def matrix_vector(a, b, wts):     # one matrix-vector product per (j, k), stacked
+        W, R, B = a.shape
+        cols = []
+        for k in range(B):
+            bk = b[:, :, k]
+            nb = np.sqrt(np.sum(bk ** 2, axis=0))
+            cols.append(np.stack([(bk.T @ a[:, j, k]) / (nb * np.linalg.norm(a[:, j, k])) for j in range(R)],
+                                 axis=1))
+        return np.sum(softmax(np.stack(cols, axis=2), axis=0) * wts)
+
+    return dict(zip(W1_LOOP_FORMS, (inline_reads, normalized_first, lists_array, at_set, loop_order_ijk,
+                                    matrix_vector)))
+
+
 
 def w1_vmap_code(np, Buffer=None):
     """W1 as issue 6 recommends: the kernel for two vectors, mapped with wengert.vmap over the
@@ -305,6 +382,54 @@ def w2_spellings_code(np, Buffer=None):
         return loss
 
     return {spelling_name(c, d): make(c, dot_spelling(np, d)) for c in CONTAINERS for d in DOT_SPELLINGS}
+
+# more ways to write seed 001's per-column loop (benchmarks/vectorize.py --more-loops)
+W2_LOOP_FORMS = ("inline, b outer", "lists+np.array", "einsum per column", "x.at[].set", "rows per step")
+
+
+def w2_loop_forms_code(np, Buffer=None, at=None):
+    """Seed 001's colwise loop written further ways (``at`` as in ``w1_loop_forms_code``)."""
+    softmax = softmax_code(np)
+
+    def attend(z, Hs, wts):
+        alpha = softmax(z, axis=0)
+        return np.sum(np.sum(alpha[None, :, :] * Hs, axis=1) * wts)
+
+    def inline(Wm, bm, xs, Hs, wts):          # the columns read where they are used, b outer
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        T, B = len(ys), ys[0].shape[1]
+        z = Buffer.zeros((T, B), Wm.dtype)
+        for b in range(B):
+            for t in range(T):
+                z[t, b] = np.dot(ys[0][:, b], ys[t][:, b])
+        return attend(z.freeze(), Hs, wts)
+
+    def lists_array(Wm, bm, xs, Hs, wts):     # nested lists made an array
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        B = ys[0].shape[1]
+        return attend(np.array([[ys[0][:, b] @ y[:, b] for b in range(B)] for y in ys]), Hs, wts)
+
+    def einsum_columns(Wm, bm, xs, Hs, wts):  # an einsum per column, lists + stack
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        B = ys[0].shape[1]
+        z = np.stack([np.stack([np.einsum("i,i->", ys[0][:, b], y[:, b]) for b in range(B)]) for y in ys])
+        return attend(z, Hs, wts)
+
+    def at_set(Wm, bm, xs, Hs, wts):          # functional updates, one per element
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        T, B = len(ys), ys[0].shape[1]
+        z = np.zeros((T, B), Wm.dtype)
+        for t in range(T):
+            for b in range(B):
+                z = at(z)[t, b].set(np.dot(ys[0][:, b], ys[t][:, b]))
+        return attend(z, Hs, wts)
+
+    def rows_per_step(Wm, bm, xs, Hs, wts):   # a loop over the steps only, each row one sum
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        return attend(np.stack([np.sum(ys[0] * y, axis=0) for y in ys]), Hs, wts)
+
+    return dict(zip(W2_LOOP_FORMS, (inline, lists_array, einsum_columns, at_set, rows_per_step)))
+
 
 
 def w2_hand(Wm, bm, xt, Hs, wts):

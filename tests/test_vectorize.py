@@ -426,36 +426,11 @@ def test_repeated_reads_on_a_grid_scatter_their_cotangents_by_sums():
     fd_check(f, (x,))
 
 
-def _read_twice(body):
-    """Seed 000 with every column read twice per trip: where it is used (the dot and the norms in one
-    line) or normalized first and then dotted."""
-    def inline(a, b, wts):
-        n, r, k = b.shape[1], a.shape[1], a.shape[2]
-        out = wg.Buffer.zeros((n, r, k), a.dtype)
-        for t in range(k):
-            for j in range(r):
-                for i in range(n):
-                    out[i, j, t] = wnp.dot(b[:, i, t], a[:, j, t]) / (wnp.linalg.norm(b[:, i, t]) * wnp.linalg.norm(a[:, j, t]))
-        return wnp.sum(wnp.exp(out.freeze()) * wts)
-
-    def normalized(a, b, wts):
-        n, r, k = b.shape[1], a.shape[1], a.shape[2]
-        out = wg.Buffer.zeros((n, r, k), a.dtype)
-        for t in range(k):
-            units = [a[:, j, t] / wnp.linalg.norm(a[:, j, t]) for j in range(r)]
-            for i in range(n):
-                u = b[:, i, t] / wnp.linalg.norm(b[:, i, t])
-                for j in range(r):
-                    out[i, j, t] = wnp.dot(u, units[j])
-        return wnp.sum(wnp.exp(out.freeze()) * wts)
-    return {"inline": inline, "normalized first": normalized}[body]
-
-
-@pytest.mark.parametrize("body", ["inline", "normalized first"])
+@pytest.mark.parametrize("body", ["inline reads", "normalized first"])
 def test_columns_read_twice_per_trip_add_their_cotangents_then_scatter_once(body):
     # Two cotangents per column per trip: the pass adds the two batched ones and scatters once,
     # so the program does not read back one row per member (its size does not grow with the loop).
-    f = _read_twice(body)
+    f = workloads.w1_loop_forms_code(wnp, wg.Buffer)[body]   # every column read twice per trip
     a, bb, wts = w1_inputs(4, 5, 3, 6)
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
     member_reads = [e for e in lowered.program.eqns if e.prim.name == "getitem"
