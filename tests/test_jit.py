@@ -861,6 +861,44 @@ def test_a_loop_of_element_writes_stages_one_zeroing_of_its_cotangent(container)
     assert len(zeroings) == 2, zeroings
 
 
+def test_a_full_sums_cotangent_is_broadcast_only_where_a_rule_needs_it(monkeypatch):
+    """np.sum(x)'s VJP broadcasts its 0-d cotangent to x's shape; under jit that broadcast is
+    staged when first read, and an elementwise product or sum with an array of that shape and
+    dtype reads the 0-d cotangent itself. Every other reader gets the broadcast array: another
+    shape (y broadcasts against it), another dtype, a reduction, a read of part of it, two
+    broadcasts together, the gradient itself."""
+    def dot_loop(x, y):   # np.sum(u * v) per column: g * v, g * u, no broadcast staged
+        return wnp.sum(wnp.stack([wnp.sum(x[:, j] * y[:, j]) for j in range(3)]) ** 2)
+
+    def readers(x, y):
+        s = wnp.sum(x * y[:1])       # y[:1] broadcasts: its cotangent needs the (4, 3) broadcast
+        t = wnp.sum(x) * 2.0 + wnp.sum(x * x)
+        u = wnp.sum(x * c32)           # x * c32's rule: g (float64) times c32 (float32)
+        return s * t + u + wnp.sum(wnp.sum(x, axis=0) ** 2) + wnp.sum(x[1:] * y[1:])
+
+    def itself(x, y):                # x's cotangent is the broadcast itself (add passes g on)
+        return wnp.sum(x + y)
+
+    def both(x, y):                  # two broadcasts meet: x * x's rule reads both
+        return wnp.sum(wnp.sum(x) * wnp.broadcast_to(wnp.sum(y), (4, 3)) * x)
+
+    c32 = rng.normal(size=(4, 3)).astype(np.float32)
+    for f in (dot_loop, readers, itself, both):
+        step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)), vectorize=False)
+        for _ in range(2):
+            x, y = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+            assert_trees_close(step(x, y), wg.value_and_grad(f, argnums=(0, 1))(x, y), rtol=1e-6, atol=1e-9)
+            for k, a in enumerate((x, y)):
+                fk = lambda v: f(v.reshape(4, 3), y) if k == 0 else f(x, v.reshape(4, 3))   # noqa: E731
+                flat = central_differences(fk, a.ravel()).reshape(4, 3)
+                np.testing.assert_allclose(step(x, y)[1][k], flat, rtol=1e-5, atol=1e-6)
+    monkeypatch.setitem(_ir.PASSES, "simplify", False)   # which removes such broadcasts later
+    text = wg.jit(wg.value_and_grad(dot_loop, argnums=(0, 1)), vectorize=False).lower(x, y).as_text()
+    assert "broadcast_to" not in text and text.count("multiply(") >= 9, text
+    text = wg.jit(wg.value_and_grad(both, argnums=(0, 1)), vectorize=False).lower(x, y).as_text()
+    assert text.count("broadcast_to(") >= 2, text
+
+
 def test_a_buffer_loop_under_jit_of_grad_copies_its_sample_once_per_read(monkeypatch):
     """Staging a Buffer's writes under jit(grad) updates the state's sample in place while the
     Buffer alone reads it: a read in between (which may be a view of that sample) makes the next

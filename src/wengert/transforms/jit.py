@@ -46,7 +46,7 @@ from ..primitives import _table
 from ..primitives._batching import one_batch_axis
 from ..primitives.contractions import dot, matmul
 from ..primitives.scatter import scatter_set
-from ..primitives.elementwise import add, multiply
+from ..primitives.elementwise import add, divide, multiply, subtract
 from ..primitives.shape import broadcast_to, getitem, index_add
 from . import _ir, _rewrite, _vectorize
 from .batching import vmap
@@ -155,7 +155,7 @@ class StagingTrace(Trace):
         self.last_write = 0   # the variable of the latest in-place write into any array
         self.guard = _process_instead
         self.lent = None      # a staged value whose next write may update its sample in place (see lend)
-        self.pending = {}     # variable id -> _ZeroedAt: a cotangent zeroed at elements, staged when read (zero_at)
+        self.pending = {}     # variable id -> _ZeroedAt or _Broadcast: staged when read (zero_at, broadcast)
         self.eqns = []
         self.vars = []
         self.sources = {}  # variable id -> where the equation that defined it was staged (if recorded)
@@ -222,6 +222,15 @@ class StagingTrace(Trace):
             for a in args:
                 if type(a) is Tracer and a._trace is self and a.index < last:
                     check_not_stale(self, (a,), prim)
+        if prim is broadcast_to and impl is None:
+            x = args[0]
+            if type(x) is Tracer and x._trace is self and x.index not in self.pending:
+                value = x.value
+                shape = params["shape"]
+                if (type(value) is np.ndarray and value.ndim == 0 or isinstance(value, np.generic)) \
+                        and not value.dtype.hasobject and type(shape) is tuple \
+                        and all(type(n) is int and n >= 0 for n in shape):
+                    return self.broadcast(x, shape)
         return self.stage(prim, args, params, 4, impl)
 
     def stage(self, prim, args, params, depth=3, impl=None):
@@ -238,7 +247,7 @@ class StagingTrace(Trace):
             t = type(a)
             if t is Tracer and a._trace is self:
                 if pending and a.index in pending:
-                    var = self._read_zeroed(prim, a, params, not operands)
+                    var = self._read_pending(prim, a, args, params, not operands)
                 else:
                     var = variables[a.index]
                 uses.append(var)
@@ -327,6 +336,9 @@ class StagingTrace(Trace):
             else:
                 key = tuple(key)
                 chain = self.pending.get(g.index)
+                if chain is not None and type(chain) is not _ZeroedAt:
+                    self.settle(g.index)
+                    chain = None
                 if chain is None:
                     chain = _ZeroedAt(self.vars[g.index], [], set(), 0,
                                       _user_frame(self, 2) if self.record_sources else None)
@@ -346,11 +358,26 @@ class StagingTrace(Trace):
         """``x`` over a copy of its sample, which the caller then holds alone (see ``zero_at``)."""
         return self.wrap(np.array(x.value), self.vars[x.index])
 
-    def _read_zeroed(self, prim, x, params, first):
-        """The variable an equation reads for ``x``, a chain of zeroings not staged yet: its first
-        array for a read of one element the chain has not zeroed, else ``x`` itself, staged now."""
-        chain = self.pending[x.index]
-        if prim is getitem and first and chain.count == len(chain.elements):
+    def _read_pending(self, prim, x, args, params, first):
+        """The variable an equation reads for ``x``, a value not staged yet (see ``zero_at`` and
+        ``broadcast``): the value it was made from where the equation gives the same result from
+        that, else ``x`` itself, staged now."""
+        record = self.pending[x.index]
+        if type(record) is _Broadcast:
+            # x * y, x + y, ... with y of x's shape and dtype: the same result from x's scalar
+            if prim in _BROADCASTING and len(args) == 2 and not params:
+                other = args[1] if first else args[0]
+                t = type(other)
+                if t is Tracer and other._trace is self:
+                    fits = other.index not in self.pending or type(self.pending[other.index]) is not _Broadcast
+                    other = other.value
+                else:
+                    fits = t is np.ndarray
+                if fits and type(other) is np.ndarray and other.shape == x.value.shape \
+                        and other.dtype == x.value.dtype:
+                    return record.base
+        elif prim is getitem and first and record.count == len(record.elements):
+            # a read of one element the chain has not zeroed: the chain's first array
             index = params["index"]
             shape = x.value.shape
             if type(index) is tuple and len(index) == len(shape):
@@ -360,17 +387,41 @@ class StagingTrace(Trace):
                         break
                     key.append(i % n)
                 else:
-                    if tuple(key) not in chain.written:
-                        return chain.base
+                    if tuple(key) not in record.written:
+                        return record.base
         self.settle(x.index)
         return self.vars[x.index]
 
+    def broadcast(self, x, shape):
+        """``broadcast_to(x, shape)`` of a 0-d ``x`` (a full reduction's cotangent, see
+        primitives/reductions.py), staged when first read: an elementwise product or sum with an
+        array of that shape reads ``x`` itself instead (the loop's ``np.sum(u * v)``, differentiated,
+        stages ``g * v``, not ``broadcast_to(g) * v``). Its sample is a read-only view of ``x``'s."""
+        value = x.value
+        if type(value) is np.ndarray:
+            sample = np.ndarray(shape, value.dtype, value, 0, (0,) * len(shape))
+        else:
+            sample = np.empty(shape, value.dtype)
+            sample[...] = value
+        sample.flags.writeable = False
+        var = self.new_var(sample)
+        source = _user_frame(self, 3) if self.record_sources else None
+        self.pending[var.id] = _Broadcast(self.vars[x.index], source)
+        if source is not None:
+            self.sources[var.id] = source
+        return self.wrap(sample, var)
+
     def settle(self, index):
-        """Stage the zeroing that defines variable ``index`` (see ``zero_at``): one ``scatter_set``
-        of zero at the chain's elements (index arrays, in order of position), or zeros where the
-        chain zeroed every element. Its sample is zeroed already."""
+        """Stage the equation that defines variable ``index``, whose sample is made already: the
+        broadcast of ``broadcast``, or the zeroing of ``zero_at``, one ``scatter_set`` of zero at
+        the chain's elements (index arrays, in order of position) or zeros where the chain zeroed
+        every element."""
         chain = self.pending.pop(index)
         var = self.vars[index]
+        if type(chain) is _Broadcast:
+            self.eqns.append(_ir.Eqn(broadcast_to, (chain.base,), {"shape": var.shape}, (var,), (chain.base,),
+                                     chain.source))
+            return
         elements = chain.elements[:chain.count]
         zero = np.zeros((), var.dtype)
         if len(elements) == int(np.prod(var.shape, dtype=np.int64)):
@@ -419,6 +470,19 @@ class StagingTrace(Trace):
             "a branch on this value would be baked in. Mark the argument it comes from static "
             "(wg.jit(f, static_argnums=...) or static_argnames=...), or compute both branches and "
             "choose with wnp.where(condition, a, b).")
+
+
+class _Broadcast:
+    """A 0-d value broadcast to a shape, not staged yet (``StagingTrace.broadcast``)."""
+
+    __slots__ = ("base", "source")
+
+    def __init__(self, base, source):
+        self.base = base
+        self.source = source
+
+
+_BROADCASTING = frozenset((multiply, add, subtract, divide))
 
 
 class _ZeroedAt:
