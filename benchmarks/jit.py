@@ -27,7 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # run first: importing it makes the BLAS single-threaded, as in every benchmark here, before NumPy
 # loads it (a 2-thread BLAS on a loaded machine inflated W3 batch 128's matmuls about 50x)
-from run import compare, fmt_time, measure, table  # noqa: E402,I001
+from run import compare, fmt_time, malloc_argument, malloc_state, measure, pin_malloc, table  # noqa: E402,I001
+
+if __name__ == "__main__":
+    pin_malloc()   # as run.py: timings that do not depend on page faults left by the row before
 
 import numpy as np  # noqa: E402
 
@@ -161,6 +164,7 @@ def main(argv=None):
                         "of trace-time samples); table 2 shows how first calls grow")
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--budget", type=float, default=3.0)
+    malloc_argument(p)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="medians of wall-clock time, or of this process's CPU time (less moved by other "
                         "processes on a loaded machine)")
@@ -170,7 +174,7 @@ def main(argv=None):
         return
     use_jax = not args.no_jax and peers.availability("jax.jit")[1] is None
     print(f"numpy {np.__version__}; jax.jit {'on' if use_jax else 'off'}; medians of {args.clock} time, "
-          "measured round-robin")
+          f"measured round-robin; malloc {malloc_state()}")
     results = []
     for row in workloads.rows(quick=args.quick, only=args.only):
         if row.loop_iterations > args.max_trips:

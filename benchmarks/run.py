@@ -35,10 +35,27 @@ def _malloc_choice(argv):
     return "pinned"
 
 
-if (__name__ == "__main__" and sys.platform.startswith("linux") and "--quick" not in sys.argv
-        and _malloc_choice(sys.argv[1:]) == "pinned"
-        and any(os.environ.get(k) != v for k, v in _PINNED.items())):
-    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **_PINNED})
+def pin_malloc():
+    """Re-execute the running script once with the thresholds pinned, unless it was given --quick or
+    --malloc system: every timed benchmark here calls it first, so their tables agree."""
+    if (sys.platform.startswith("linux") and "--quick" not in sys.argv and _malloc_choice(sys.argv[1:]) == "pinned"
+            and any(os.environ.get(k) != v for k, v in _PINNED.items())):
+        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **_PINNED})
+
+
+def malloc_argument(parser):
+    parser.add_argument("--malloc", choices=("pinned", "system"), default="pinned",
+                        help="pinned (default for timed runs): glibc keeps freed memory instead of returning "
+                             "it to the OS, so timings do not depend on page faults that the order of calls "
+                             "decides; system: the process's defaults")
+
+
+def malloc_state():
+    return "pinned" if all(os.environ.get(k) == v for k, v in _PINNED.items()) else "system"
+
+
+if __name__ == "__main__":
+    pin_malloc()
 
 # Single-threaded, before NumPy (and any other array library) is imported.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
@@ -546,10 +563,7 @@ def parse_args(argv):
                    help="what the tables show: wall-clock medians (perf_counter, the default) or the "
                         "process's CPU time (process_time; steadier on a machine loaded by other work). "
                         "The JSON has both.")
-    p.add_argument("--malloc", choices=("pinned", "system"), default="pinned",
-                   help="pinned (default for timed runs): glibc keeps freed memory instead of returning "
-                        "it to the OS, so timings do not depend on page faults that the order of calls "
-                        "decides; system: the process's defaults")
+    malloc_argument(p)
     p.add_argument("--json", default=str(HERE / "results" / "latest.json"), help="where to write the results")
     return p.parse_args(argv)
 
@@ -589,7 +603,7 @@ def main(argv=None):
     if not args.quick:
         print(f"times: medians of {'wall-clock (perf_counter)' if args.clock == 'wall' else 'CPU (process_time)'}"
               f" time per call, at most {args.repeat} samples or {args.budget:g} s per contestant and row; "
-              f"malloc {'pinned' if all(os.environ.get(k) == v for k, v in _PINNED.items()) else 'system'}",
+              f"malloc {malloc_state()}",
               flush=True)
     results = []
     with warnings.catch_warnings():

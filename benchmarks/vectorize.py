@@ -34,7 +34,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # first: importing it makes the BLAS single-threaded before NumPy loads it, as in every benchmark here
-from run import compare, fmt_time, measure, table  # noqa: E402,I001
+from run import compare, fmt_time, malloc_argument, malloc_state, measure, pin_malloc, table  # noqa: E402,I001
+
+if __name__ == "__main__":
+    pin_malloc()   # as run.py: timings that do not depend on page faults left by the row before
 
 import numpy as np  # noqa: E402
 
@@ -168,6 +171,7 @@ def main(argv=None):
                         "where used, columns normalized first, lists + np.array, x.at[].set, the batch innermost, "
                         "a matrix-vector product per (j, k); W2 with b outer, lists + np.array, an einsum per "
                         "column, x.at[].set, one row per step")
+    malloc_argument(p)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="medians of wall-clock time, or of this process's CPU time (less moved by other "
                         "processes on a loaded machine; the first call is always wall-clock)")
@@ -177,7 +181,8 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=31)
     args = p.parse_args(argv)
     how = "one call each, cold" if args.cold else "each sample after an untimed call"
-    print(f"numpy {np.__version__}; medians of {args.repeat} ({args.clock} time), measured round-robin, {how}")
+    print(f"numpy {np.__version__}; medians of {args.repeat} ({args.clock} time), measured round-robin, {how}; "
+          f"malloc {malloc_state()}")
     results = []
     for row in loop_rows(args.quick, args.only, args.sixteen, args.more_spellings, args.more_loops):
         unvec = args.unvectorized and row.formulation == "loop" and not row.size.startswith("16x")
