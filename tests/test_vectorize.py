@@ -440,6 +440,22 @@ def test_columns_read_twice_per_trip_add_their_cotangents_then_scatter_once(body
     fd_check(lambda b: f(a, b, wts), (bb,))
 
 
+def test_columns_read_where_used_contract_each_cotangent_term_per_column():
+    """b's column is read by the dot and by its norm in one line: its two cotangents (the lanes' g times
+    a's rows, and g' times the rows of b / |b|) are added as (lanes, w) products before the scatter.
+    The scatter of the sum is the sum of each term's grid_rowsum: no (lanes, w) product is formed."""
+    n, w, r, b = 6, 5, 3, 4
+    a, bb, wts = w1_inputs(n, w, r, b)
+    f = workloads.w1_loop_forms_code(wnp, wg.Buffer)["inline reads"]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
+    eqns = lowered.program.eqns
+    assert _count(lowered, "grid_rowsum") == 4
+    assert not any(len(e.outs[0].shape) >= 2 and e.outs[0].shape[-1] == w and np.prod(e.outs[0].shape[:-1]) == n * r * b
+                   for e in eqns if e.prim.name in ("multiply", "add"))
+    fd_check(lambda a: f(a, bb, wts), (a,))
+    fd_check(lambda bb: f(a, bb, wts), (bb,))
+
+
 @pytest.mark.parametrize("base", ["zeros", "values"])
 def test_grid_add_matches_add_at(base):
     r = np.random.default_rng(4)

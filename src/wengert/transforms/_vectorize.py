@@ -1604,6 +1604,8 @@ def _lane_terms(v, products, n):
     eqn = producers.get(v.id)
     if eqn is None:
         return None
+    if eqn.prim is reshape and type(eqn.args[0]) is Var and eqn.args[0].shape == v.shape:   # a no-op
+        return _lane_terms(eqn.args[0], products, n)
     if eqn.prim is add and len(eqn.args) == 2 and all(type(a) is Var and a.shape == v.shape for a in eqn.args):
         left, right = (_lane_terms(a, products, n) for a in eqn.args)
         return None if left is None or right is None else left + right
