@@ -38,6 +38,9 @@ the values (up to the order of floating-point additions in the flattened sums).
 """
 from __future__ import annotations
 
+import itertools
+import operator
+
 import numpy as np
 
 from ..core.errors import NeedsLoop
@@ -57,6 +60,11 @@ from ._ir import Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, produ
 MIN_GROUP = 8
 MIN_GROUP_SMALL = 2
 SMALL_RESULT = 1024   # elements
+
+
+_ID = operator.attrgetter("id")
+_USES = operator.attrgetter("uses")
+_ARGS = operator.attrgetter("args")
 
 
 class _Unkeyed(Exception):
@@ -206,6 +214,8 @@ def _is_zero(x):
     t = type(x)
     if t is int or t is float:   # the backward's zeroing writes: no NumPy call
         return x == 0
+    if t is np.ndarray:
+        return x.ndim == 0 and x.item() == 0
     return t is not Var and np.ndim(x) == 0 and np.asarray(x) == 0
 
 
@@ -224,17 +234,24 @@ def _uses_of(eqns, outputs, wanted):
     return count, user
 
 
-def _set_after_zero(eqns, outputs):
+def _set_after_zero(eqns, outputs, writes):
     """``index_add(scatter_set(s, 0, i), v, i)`` is ``scatter_set(s, v, i)``: the backward pass of a
-    Buffer read after a write (zero the written block, add the read's cotangent) as one write."""
-    made = {eqn.outs[0].id: k for k, eqn in enumerate(eqns) if eqn.prim is scatter_set and _is_zero(eqn.args[1])}
+    Buffer read after a write (zero the written block, add the read's cotangent) as one write.
+    ``writes``: the positions of the scatter_set and index_add equations. Returns the equations
+    and those positions, both as they were when nothing changed."""
+    made = {}
+    for k in writes:
+        eqn = eqns[k]
+        if eqn.prim is scatter_set and type(eqn.args[1]) is not Var and _is_zero(eqn.args[1]):
+            made[eqn.outs[0].id] = k
     if not made:
-        return eqns
-    if not any(eqn.prim is index_add and type(eqn.args[0]) is Var and eqn.args[0].id in made for eqn in eqns):
-        return eqns   # no add into a zeroed block (an in-place loop's backward zeroes, a Buffer's adds)
+        return eqns, writes
+    if not any(eqns[k].prim is index_add and type(eqns[k].args[0]) is Var and eqns[k].args[0].id in made for k in writes):
+        return eqns, writes   # no add into a zeroed block (an in-place loop's backward zeroes, a Buffer's adds)
     count, _ = _uses_of(eqns, outputs, made)
     out, dropped = list(eqns), set()
-    for k, eqn in enumerate(eqns):
+    for k in writes:
+        eqn = eqns[k]
         if eqn.prim is not index_add or type(eqn.args[0]) is not Var or count.get(eqn.args[0].id) != 1:
             continue
         z = made.get(eqn.args[0].id)
@@ -246,39 +263,58 @@ def _set_after_zero(eqns, outputs):
             continue
         out[k] = _eqn(scatter_set, (base, eqn.args[1]), eqn.params, eqn.outs, eqn.source)
         dropped.add(z)
-    return [eqn for k, eqn in enumerate(out) if k not in dropped] if dropped else eqns
+    if not dropped:
+        return eqns, writes
+    out = [eqn for k, eqn in enumerate(out) if k not in dropped]
+    return out, _writes(out)
 
 
-def _collapse_writes(eqns, outputs, fresh):
-    eqns = _set_after_zero(eqns, outputs)
-    out_ids = {v.id for v in outputs if type(v) is Var}
-    links = [None] * len(eqns)
-    patterns = [None] * len(eqns)
-    states = set()
-    for k, eqn in enumerate(eqns):
-        if (eqn.prim is scatter_set or eqn.prim is index_add) and type(eqn.args[0]) in (Var, np.ndarray):
-            idx = _const_index(eqn.params["index"], eqn.args[0].shape, new_axes=eqn.prim is index_add)
-            if idx is not None and (None in idx) + any(type(i) is int for i in idx) == 1:
-                links[k] = idx  # ints (one element or block per write) or, adding, the same block each time
-                patterns[k] = _pattern(idx)
-                states.add(eqn.outs[0].id)
-    if not states:
-        return eqns
+def _writes(eqns):
+    """The positions of the scatter_set and index_add equations."""
+    return [k for k, eqn in enumerate(eqns) if eqn.prim is scatter_set or eqn.prim is index_add]
+
+
+def _users(eqns, wanted):
+    """For each variable id in ``wanted`` (a set), the positions of the equations that read it, in
+    program order, once per read."""
     users = {}
     for k, eqn in enumerate(eqns):
         for v in eqn.uses:
-            if v.id in states:
+            if v.id in wanted:
                 users.setdefault(v.id, []).append(k)
+    return users
+
+
+def _collapse_writes(eqns, outputs, fresh):
+    writes = _writes(eqns)
+    if not writes:
+        return eqns
+    eqns, writes = _set_after_zero(eqns, outputs, writes)
+    out_ids = {v.id for v in outputs if type(v) is Var}
+    links, patterns = {}, {}
+    states = []
+    for k in writes:
+        eqn = eqns[k]
+        base = eqn.args[0]
+        if type(base) is Var or type(base) is np.ndarray:
+            idx = _const_index(eqn.params["index"], base.shape, new_axes=eqn.prim is index_add)
+            if idx is not None and (None in idx) + any(type(i) is int for i in idx) == 1:
+                links[k] = idx  # ints (one element or block per write) or, adding, the same block each time
+                patterns[k] = _pattern(idx)
+                states.append(eqn.outs[0].id)
+    if not states:
+        return eqns
+    users = _users(eqns, set(states))
     taken = set()
     replaced = {}
-    removed = set()
+    removed = []
     made_by = _made_by(eqns)
-    for start, first in enumerate(eqns):
-        if links[start] is None or start in taken:
+    for start in links:
+        if start in taken:
             continue
+        first = eqns[start]
         prim, base, pattern = first.prim, first.args[0], patterns[start]
-        written = np.zeros(base.shape, bool)
-        written[links[start]] = True
+        written, applied = None, 0   # the elements the first ``applied`` writes of the chain touch, made when read
         chain, reads = [start], []
         k = start
         while True:
@@ -288,21 +324,26 @@ def _collapse_writes(eqns, outputs, fresh):
             nxt, here = None, []
             for j in users.get(state.id, ()):
                 eqn = eqns[j]
-                if eqn.prim is prim and eqn.args[0] is state and links[j] is not None and nxt in (None, j) \
+                if eqn.prim is prim and eqn.args[0] is state and j in links and nxt in (None, j) \
                         and patterns[j] == pattern and state not in eqn.uses[1:]:
                     nxt = j
                     continue
                 if eqn.prim is getitem and eqn.args[0] is state:
                     idx = _const_index(eqn.params["index"], state.shape)
-                    if idx is not None and not written[idx].any():
-                        here.append(j)
-                        continue
+                    if idx is not None:
+                        if written is None:
+                            written = np.zeros(base.shape, bool)
+                        while applied < len(chain):
+                            written[links[chain[applied]]] = True
+                            applied += 1
+                        if not written[idx].any():
+                            here.append(j)
+                            continue
                 nxt = None
                 break
             reads.extend(here)  # reads of elements no write of the chain touched so far: of its start
             if nxt is None:
                 break
-            written[links[nxt]] = True
             chain.append(nxt)
             k = nxt
         taken.update(chain)
@@ -311,19 +352,20 @@ def _collapse_writes(eqns, outputs, fresh):
         new = _one_scatter(eqns, chain, links, fresh, made_by)
         if new is None:
             continue
-        removed.update(chain[:-1])
+        removed.extend(chain[:-1])
         replaced[chain[-1]] = new
-        for j in reads:
+        uses = (base,) if type(base) is Var else ()
+        for j in reads:   # a getitem at a constant index: its only Var is the array read
             eqn = eqns[j]
-            replaced[j] = [_eqn(getitem, (base,), eqn.params, eqn.outs, eqn.source)]
+            replaced[j] = (Eqn(getitem, (base,), eqn.params, eqn.outs, uses, eqn.source),)
     if not replaced:
         return eqns
-    out = []
-    for k, eqn in enumerate(eqns):
-        if k in removed:
-            continue
-        out.extend(replaced.get(k, (eqn,)))
-    return out
+    slots = list(zip(eqns))   # each equation as a 1-tuple: the new program is their concatenation
+    for k in removed:
+        slots[k] = ()
+    for k, new in replaced.items():
+        slots[k] = new
+    return list(itertools.chain.from_iterable(slots))
 
 
 def _made_by(eqns):
@@ -699,6 +741,10 @@ class _Emitter:
         self.out = []
         self.batched = {}   # class -> its batched result
         self.member = {}    # var id of a batched member's result -> (class, position)
+        # the same, by var id as arrays (-1: no class), for whole operand columns at once: every
+        # member's result is a variable made before this pass batches anything
+        self.class_of = np.full(fresh.next, -1, np.intp)
+        self.position_of = np.zeros(fresh.next, np.intp)
         self.read = set()   # those already read back on their own
         self.stacks = {}    # ids of the variables an emitted stack of distinct operands holds -> it
         self.decided = set()  # classes whose members' order their operands decided (see _oriented)
@@ -720,8 +766,13 @@ class _Emitter:
 
     def group(self, gid, members):
         made = []
-        members = self._oriented(gid, members)
-        result = self._batch(members, made)
+        columns = list(zip(*map(_ARGS, members)))   # the members' q-th operands, for each q
+        found = {}   # q -> _positions of columns[q], computed once for _oriented and _batch
+        if self._oriented(gid, members, columns, found):
+            members = members[::-1]
+            columns = [c[::-1] for c in columns]
+            found = {q: (f if f is None else (f[0], f[1][::-1].copy())) for q, f in found.items()}
+        result = self._batch(members, columns, found, made)
         if result is None:
             for eqn in members:
                 self.single(eqn)
@@ -731,67 +782,81 @@ class _Emitter:
             if eqn.prim is stack and eqn.params.get("axis") == 0 and all(type(a) is Var for a in eqn.args):
                 self.stacks.setdefault(tuple(a.id for a in eqn.args), eqn.outs[0])
         self.batched[gid] = result
-        for pos, eqn in enumerate(members):
-            self.member[eqn.outs[0].id] = (gid, pos)
+        ids = [eqn.outs[0].id for eqn in members]
+        n = len(ids)
+        self.member.update(zip(ids, zip(itertools.repeat(gid, n), range(n))))
+        self.class_of[ids] = gid
+        self.position_of[ids] = np.arange(n)
 
-    def _oriented(self, gid, members):
+    def _oriented(self, gid, members, columns, found):
         """The members in the order that reads their operands forward. A class's members are in
         program order, and the backward pass runs backward: its classes would read the forward
         classes' arrays, and the cotangents' elements, in reverse (reversed views, and strides a
         matmul cannot hand to BLAS). The members are independent, so any order computes the same:
         reversed when every operand that tells an order (a read's integers along the grid of lanes,
         the positions in a class whose order was so decided, distinct variables by age) goes down
-        and none goes up. A class with no such operand keeps its order, and does not count."""
+        and none goes up. A class with no such operand keeps its order, and does not count.
+        True when the members are to be taken reversed; ``found`` receives the ``_positions`` of the
+        operand columns it looked at."""
         if len(members) < 2:
-            return members
+            return False
         down = up = False
         e0 = members[0]
         if e0.prim is getitem and not all(_same_index(e.params["index"], e0.params["index"]) for e in members):
             idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
             if any(i is None for i in idxs) or any(len(i) != len(idxs[0]) for i in idxs):
-                return members
+                return False
             columns = [[idx[a] for idx in idxs] for a, i in enumerate(idxs[0]) if type(i) is not slice]
             down = _descending(columns)
             up = not down and _descending([col[::-1] for col in columns])
-        for q in range(len(e0.args)):
-            xs = [e.args[q] for e in members]
-            if type(xs[0]) is not Var or all(x is xs[0] for x in xs):
+        for q, xs in enumerate(columns):
+            x0 = xs[0]
+            ids = self._ids(xs) if type(x0) is Var else None
+            if ids is None or xs.count(x0) == len(xs):   # not all Vars, or one Var (which equals only itself)
                 continue
-            first = self.member.get(xs[0].id)
+            first = self.member.get(x0.id)
             if first is not None and first[0] not in self.decided:
                 continue   # what follows would skip it too: its positions tell no order
-            found = self._positions(xs)
-            if found is not None:
-                if found[0] not in self.decided:
+            got = found[q] = self._positions(xs, ids)
+            if got is not None:
+                if got[0] not in self.decided:
                     continue
-                steps = np.diff(found[1])
-            elif all(type(x) is Var and x.id not in self.member for x in xs):
-                steps = np.diff(np.array([x.id for x in xs], np.int64))
+                steps = np.diff(got[1])
             else:
-                continue
+                if np.any(self.class_of[ids[ids < len(self.class_of)]] >= 0):
+                    continue
+                steps = np.diff(ids.astype(np.int64))
             up = up or bool(np.all(steps >= 0) and np.any(steps > 0))   # repeats (a value read twice) allowed
             down = down or bool(np.all(steps <= 0) and np.any(steps < 0))
         if up != down:
             self.decided.add(gid)
-        return members[::-1] if down and not up else members
+        return down and not up
 
     # -- operands --
-    def _positions(self, xs):
-        """(class, positions) when every ``xs`` is the result of one batched class, else None."""
+    @staticmethod
+    def _ids(xs):
+        """The ids of ``xs`` as an array, or None when one of them is not a Var."""
+        types = set(map(type, xs))
+        if len(types) != 1 or Var not in types:
+            return None
+        return np.fromiter(map(_ID, xs), np.intp, len(xs))
+
+    def _positions(self, xs, ids=None):
+        """(class, positions) when every ``xs`` is the result of one batched class, else None.
+        ``ids``: ``_ids(xs)`` when known."""
         if type(xs[0]) is not Var:
             return None
-        member = self.member
-        first = member.get(xs[0].id)
+        first = self.member.get(xs[0].id)
         if first is None:
             return None
+        if ids is None:
+            ids = self._ids(xs)
+        if ids is None or ids.max() >= len(self.class_of):
+            return None
         gid = first[0]
-        positions = []
-        for x in xs:
-            info = member.get(x.id) if type(x) is Var else None
-            if info is None or info[0] != gid:
-                return None
-            positions.append(info[1])
-        return gid, np.array(positions, np.intp)
+        if np.any(self.class_of[ids] != gid):
+            return None
+        return gid, self.position_of[ids]
 
     def _take(self, batched, positions, made, source):
         n = len(positions)
@@ -803,17 +868,18 @@ class _Emitter:
         made.append(_eqn(getitem, (batched,), {"index": index}, (out,), source))
         return out
 
-    def _operand(self, xs, made, source, dtype=None):
+    def _operand(self, xs, made, source, dtype=None, found=False):
         """(operand, batched) for the members' operands ``xs``; None where they cannot be batched.
         ``dtype``: the members' result dtype, which differing Python numbers are cast to (they are
-        weakly typed: ``x * 2`` keeps the dtype of ``x``)."""
+        weakly typed: ``x * 2`` keeps the dtype of ``x``); ``found``: ``_positions(xs)`` when known."""
         x0 = xs[0]
         t0 = type(x0)
         if all(x is x0 or (type(x) is t0 and t0 in (int, float, bool, complex) and x == x0) for x in xs):
             if t0 is Var:
                 self.need(x0)
             return x0, False
-        found = self._positions(xs)
+        if found is False:
+            found = self._positions(xs)
         if found is not None:
             return self._take(self.batched[found[0]], found[1], made, source), True
         if all(type(x) is int or type(x) is float for x in xs):
@@ -861,7 +927,7 @@ class _Emitter:
         return out, np.array(positions, np.intp)
 
     # -- a class --
-    def _batch(self, members, made):
+    def _batch(self, members, columns, found, made):
         e0 = members[0]
         n = len(members)
         source = _source(e0.source, n)
@@ -875,8 +941,8 @@ class _Emitter:
             if out is not None:
                 return out
         ops, flags = [], []
-        for q in range(len(e0.args)):
-            got = self._operand([e.args[q] for e in members], made, source, e0.outs[0].dtype)
+        for q, xs in enumerate(columns):
+            got = self._operand(xs, made, source, e0.outs[0].dtype, found.get(q, False))
             if got is None:
                 return None
             ops.append(got[0])
