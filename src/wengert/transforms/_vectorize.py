@@ -811,19 +811,19 @@ class _Emitter:
             up = not down and _descending([col[::-1] for col in columns])
         for q, xs in enumerate(columns):
             x0 = xs[0]
-            ids = self._ids(xs) if type(x0) is Var else None
-            if ids is None or xs.count(x0) == len(xs):   # not all Vars, or one Var (which equals only itself)
+            if type(x0) is not Var or all(x is x0 for x in xs):
                 continue
             first = self.member.get(x0.id)
             if first is not None and first[0] not in self.decided:
                 continue   # what follows would skip it too: its positions tell no order
+            ids = self._ids(xs)
             got = found[q] = self._positions(xs, ids)
             if got is not None:
                 if got[0] not in self.decided:
                     continue
                 steps = np.diff(got[1])
             else:
-                if np.any(self.class_of[ids[ids < len(self.class_of)]] >= 0):
+                if ids is None or np.any(self.class_of[ids[ids < len(self.class_of)]] >= 0):
                     continue
                 steps = np.diff(ids.astype(np.int64))
             up = up or bool(np.all(steps >= 0) and np.any(steps > 0))   # repeats (a value read twice) allowed
@@ -1088,25 +1088,34 @@ def vectorize(program, trace_type, stats=None, cut=None):
     eqns = _collapse_writes(eqns, program.outputs, fresh)
     sigs = _signatures(eqns, program.inputs, program.outputs, fresh, cut)
     eqns = sigs.eqns
-    classes = {}
-    for k, sig in enumerate(sigs.sigs):
-        classes.setdefault(sig, []).append(k)
-    group_of = {}
+    # The classes, as array work: the equations sorted by signature (signatures are numbered in
+    # order of first appearance, so the classes come in that order, each in program order).
+    n = len(eqns)
+    sig_of = np.array(sigs.sigs, np.intp)
+    by_sig = np.argsort(sig_of, kind="stable")
+    starts = np.flatnonzero(np.r_[True, sig_of[by_sig[1:]] != sig_of[by_sig[:-1]]]) if n else np.zeros(0, np.intp)
+    sizes = np.diff(np.r_[starts, n])
+    group_of = np.full(n, -1, np.intp)
     groups = []
-    for members in classes.values():
-        first = eqns[members[0]]
+    for start, size in zip(starts[sizes >= MIN_GROUP_SMALL].tolist(), sizes[sizes >= MIN_GROUP_SMALL].tolist()):
+        first = eqns[by_sig[start]]
         small = all(int(np.prod(o.shape)) <= SMALL_RESULT for o in first.outs)
-        if len(members) >= (MIN_GROUP_SMALL if small else MIN_GROUP) and _groupable(first):
-            for k in members:
-                group_of[k] = len(groups)
-            groups.append(members)
+        if size >= (MIN_GROUP_SMALL if small else MIN_GROUP) and _groupable(first):
+            members = by_sig[start:start + size]
+            group_of[members] = len(groups)
+            groups.append(members.tolist())
     result = program
     if groups:
-        order = sorted((sigs.depths[k], k) for k in range(len(eqns)) if k not in group_of or groups[group_of[k]][0] == k)
+        # each equation not batched, and the first member of each class, by depth then position
+        keep = group_of < 0
+        keep[[members[0] for members in groups]] = True
+        kept = np.flatnonzero(keep)
+        order = kept[np.lexsort((kept, np.array(sigs.depths, np.intp)[kept]))].tolist()
+        group_of = group_of.tolist()
         emit = _Emitter(fresh, trace_type)
-        for _, k in order:
-            gid = group_of.get(k)
-            if gid is None:
+        for k in order:
+            gid = group_of[k]
+            if gid < 0:
                 emit.single(eqns[k])
             else:
                 emit.group(gid, [eqns[j] for j in groups[gid]])
