@@ -311,6 +311,25 @@ def test_seed_001_colwise_against_the_hand_written_gradient():
         assert step.lower(Wm, bm, xs, Hs, wts).eqns * 5 <= step.lower(Wm, bm, xs, Hs, wts).vectorized["before"]
 
 
+@pytest.mark.parametrize("form", ["lists+np.array", "einsum per column"])
+def test_a_column_read_twice_in_one_trip_only_still_scatters_on_a_grid(form):
+    # seed 001 with ys[0][:, b] read in every step: at t = 0 the dot product reads one column twice,
+    # so that trip adds two cotangents at each position of ys[0]; the chain is two grid scatters
+    # (the first add of each run, then the second), not a sorted scatter-add of every member
+    T, B, n_in, n_out, D = 9, 8, 5, 4, 6
+    r = np.random.default_rng(3)
+    Wm, bm = r.normal(size=(n_out, n_in)), r.normal(size=n_out)
+    xs = [r.random((n_in, B)) for _ in range(T)]
+    Hs, wts = r.random((D, T, B)), r.normal(size=(D, B))
+    f = workloads.w2_loop_forms_code(wnp, wg.Buffer, at=wg.at)[form]
+    value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(Wm, bm, xs, Hs, wts), (value, grads), rtol=1e-9)
+    lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=5)
+    assert _count(lowered, "scatter_add") == 0
+    fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
+
+
 def test_a_loop_whose_body_differs_in_one_iteration():
     x = rng.normal(size=(4, N))
 

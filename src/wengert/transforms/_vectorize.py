@@ -497,9 +497,60 @@ def _one_scatter(eqns, chain, links, fresh, made_by):
         plan = _grid_add_plan(index, positions, columns, base.shape, lane)
         if plan is not None:
             return [*made, _eqn(GRID_ADD, (base, stacked), {"plan": plan}, last.outs, source)]
+        merged = _adjacent_adds_split(eqns, chain, links, fresh, made_by) if runs == 1 else None
+        if merged is not None:
+            return merged
         return [*made, _eqn(SCATTER_ADD, (base, stacked), _segments(index, positions, columns, base.shape, lane),
                      last.outs, source)]
     return [*made, _eqn(prim, (base, stacked), {"index": index}, last.outs, source)]
+
+
+def _adjacent_adds_split(eqns, chain, links, fresh, made_by):
+    """An ``index_add`` chain whose positions do not make a grid only because a few trips add twice
+    at one position in a row (``np.dot(u, u)`` where a loop's two reads are one column: seed 001's
+    step t = 0), as two scatters: the first add of each run, then the others. Each is one class's
+    members (or a run of them) on a grid, scattered with ``grid_add`` (or through a slice). None
+    where that does not give grids either."""
+    keys = [tuple(i for i in links[k] if type(i) is not slice) for k in chain]
+    if all(a != b for a, b in zip(keys, keys[1:])):
+        return None
+    rounds, start = [], 0
+    for end in range(1, len(chain) + 1):
+        if end < len(chain) and keys[end] == keys[start]:
+            continue
+        for r, k in enumerate(chain[start:end]):
+            if r == len(rounds):
+                rounds.append([])
+            rounds[r].append(k)
+        start = end
+    first, last = eqns[chain[0]], eqns[chain[-1]]
+    base, made = first.args[0], []
+    for r, sub in enumerate(rounds):
+        head, tail = eqns[sub[0]], eqns[sub[-1]]
+        out = last.outs if r == len(rounds) - 1 else (fresh(base.shape, base.dtype),)
+        replaced = {sub[0]: _eqn(index_add, (base, head.args[1]), head.params, head.outs, head.source)}
+        tail = replaced.get(sub[-1], tail)
+        replaced[sub[-1]] = _eqn(index_add, tail.args, tail.params, out, tail.source)
+        if len(sub) < 2:
+            return None
+        got = _one_scatter(_Replaced(eqns, replaced), sub, links, fresh, made_by)
+        if got is None or got[-1].prim is SCATTER_ADD:   # a grid, or a slice of positions in order
+            return None
+        made += got
+        base = out[0]
+    return made
+
+
+class _Replaced:
+    """``eqns`` with a few equations replaced, by position (what ``_one_scatter`` reads of a chain)."""
+
+    __slots__ = ("eqns", "replaced")
+
+    def __init__(self, eqns, replaced):
+        self.eqns, self.replaced = eqns, replaced
+
+    def __getitem__(self, k):
+        return self.replaced.get(k) or self.eqns[k]
 
 
 def _scatter_add(base, values, index, lane, order, starts):
