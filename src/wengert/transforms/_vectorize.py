@@ -388,12 +388,17 @@ def _form(v, producers, depth=3):
     return eqn.prim.name, tuple(_form(a, producers, depth - 1) for a in eqn.args)
 
 
+def _chain_keys(links, chain):
+    """The element each write of a chain lands on: its index's ints (``links``: the constant indices)."""
+    return [tuple(i for i in links[k] if type(i) is not slice) for k in chain]
+
+
 def _computations(links, chain, values, producers):
     """p > 1 when each trip of a loop adds p different computations into one position of the chain
     (the backward of reading a column p times: a dot's cotangent and a norm's): its positions come
     in runs of equal ones whose values' forms repeat with period p. Else 1 (one read per trip, of
     a column the next trips read again: the scatter's grid sums those)."""
-    keys = [tuple(i for i in links[k] if type(i) is not slice) for k in chain]
+    keys = _chain_keys(links, chain)
     n = 1
     while n < len(keys) and keys[n] == keys[0]:
         n += 1
@@ -415,8 +420,7 @@ def _one_scatter(eqns, chain, links, fresh, made_by):
     prim, base = first.prim, first.args[0]
     if prim is scatter_set:
         seen, kept = set(), []
-        for k in reversed(chain):
-            key = tuple(i for i in links[k] if type(i) is not slice)
+        for k, key in zip(reversed(chain), reversed(_chain_keys(links, chain))):
             if key not in seen:
                 seen.add(key)
                 kept.append(k)
@@ -511,7 +515,7 @@ def _adjacent_adds_split(eqns, chain, links, fresh, made_by):
     step t = 0), as two scatters: the first add of each run, then the others. Each is one class's
     members (or a run of them) on a grid, scattered with ``grid_add`` (or through a slice). None
     where that does not give grids either."""
-    keys = [tuple(i for i in links[k] if type(i) is not slice) for k in chain]
+    keys = _chain_keys(links, chain)
     if all(a != b for a, b in zip(keys, keys[1:])):
         return None
     rounds, start = [], 0
@@ -528,11 +532,10 @@ def _adjacent_adds_split(eqns, chain, links, fresh, made_by):
     for r, sub in enumerate(rounds):
         head, tail = eqns[sub[0]], eqns[sub[-1]]
         out = last.outs if r == len(rounds) - 1 else (fresh(base.shape, base.dtype),)
-        replaced = {sub[0]: _eqn(index_add, (base, head.args[1]), head.params, head.outs, head.source)}
-        tail = replaced.get(sub[-1], tail)
-        replaced[sub[-1]] = _eqn(index_add, tail.args, tail.params, out, tail.source)
         if len(sub) < 2:
             return None
+        replaced = {sub[0]: _eqn(index_add, (base, head.args[1]), head.params, head.outs, head.source),
+                    sub[-1]: _eqn(index_add, tail.args, tail.params, out, tail.source)}
         got = _one_scatter(_Replaced(eqns, replaced), sub, links, fresh, made_by)
         if got is None or got[-1].prim is SCATTER_ADD:   # a grid, or a slice of positions in order
             return None

@@ -326,32 +326,25 @@ class StagingTrace(Trace):
         result is first read (``settle``): the elements' own reads (the written values'
         cotangents) read the chain's first array, where those elements are not zeroed yet."""
         sample = g.value
-        if self.alive and type(index) is tuple and type(sample) is np.ndarray and len(index) == sample.ndim:
-            shape = sample.shape
-            key = []
-            for i, n in zip(index, shape):
-                if type(i) is not int or not -n <= i < n:
-                    break
-                key.append(i % n)
-            else:
-                key = tuple(key)
-                chain = self.pending.get(g.index)
-                if chain is not None and type(chain) is not _ZeroedAt:
-                    self.settle(g.index)
-                    chain = None
-                if chain is None:
-                    chain = _ZeroedAt(self.vars[g.index], [], set(), 0,
-                                      _user_frame(self, 2) if self.record_sources else None)
-                if chain.count == len(chain.elements) and key not in chain.written:
-                    sample[key] = 0
-                    chain.elements.append(key)
-                    chain.written.add(key)
-                    var = self.new_var(sample)
-                    self.pending[var.id] = _ZeroedAt(chain.base, chain.elements, chain.written, chain.count + 1,
-                                                     chain.source)
-                    if chain.source is not None:
-                        self.sources[var.id] = chain.source
-                    return self.wrap(sample, var)
+        key = _element_key(index, sample.shape) if self.alive and type(sample) is np.ndarray else None
+        if key is not None:
+            chain = self.pending.get(g.index)
+            if chain is not None and type(chain) is not _ZeroedAt:
+                self.settle(g.index)
+                chain = None
+            if chain is None:
+                chain = _ZeroedAt(self.vars[g.index], [], set(), 0,
+                                  _user_frame(self, 2) if self.record_sources else None)
+            if chain.count == len(chain.elements) and key not in chain.written:
+                sample[key] = 0
+                chain.elements.append(key)
+                chain.written.add(key)
+                var = self.new_var(sample)
+                self.pending[var.id] = _ZeroedAt(chain.base, chain.elements, chain.written, chain.count + 1,
+                                                 chain.source)
+                if chain.source is not None:
+                    self.sources[var.id] = chain.source
+                return self.wrap(sample, var)
         return self.process(scatter_set, (g, np.zeros((), sample.dtype)), None, None, {"index": index}, _set_into)
 
     def own(self, x):
@@ -378,17 +371,9 @@ class StagingTrace(Trace):
                     return record.base
         elif prim is getitem and first and record.count == len(record.elements):
             # a read of one element the chain has not zeroed: the chain's first array
-            index = params["index"]
-            shape = x.value.shape
-            if type(index) is tuple and len(index) == len(shape):
-                key = []
-                for i, n in zip(index, shape):
-                    if type(i) is not int or not -n <= i < n:
-                        break
-                    key.append(i % n)
-                else:
-                    if tuple(key) not in record.written:
-                        return record.base
+            key = _element_key(params["index"], x.value.shape)
+            if key is not None and key not in record.written:
+                return record.base
         self.settle(x.index)
         return self.vars[x.index]
 
@@ -511,6 +496,19 @@ def _add_into(x, v, index):
     """``index_add``'s value for an index of ints and slices, added into ``x`` (a private sample)."""
     x[index] += v
     return x
+
+
+def _element_key(index, shape):
+    """``index`` as the non-negative tuple of one element of an array of ``shape``, or None where it
+    is not one int per axis in bounds."""
+    if type(index) is not tuple or len(index) != len(shape):
+        return None
+    key = []
+    for i, n in zip(index, shape):
+        if type(i) is not int or not -n <= i < n:
+            return None
+        key.append(i % n)
+    return tuple(key)
 
 
 def _holds_tracer(x):
