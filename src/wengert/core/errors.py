@@ -50,3 +50,23 @@ class GradientDroppedWarning(UserWarning):
 class BackendError(WengertError, TypeError):
     """An operation a non-NumPy array library (Dask, CuPy, an array-API namespace) cannot do the way
     wengert needs it (lazily, on its device); the message names the operation and what to do."""
+
+
+def run_user(f, args, kwargs):
+    """``f(*args, **kwargs)``: the user's function, run by a transform, with wengert's own error in
+    place of NumPy's for a traced value written into a plain array.
+
+    ``out[i] = v`` into a plain NumPy array converts ``v`` with ``float()`` (``int()``, ``complex()``).
+    When that fails on an object with ``__getitem__``, as every tracer has, NumPy raises its own
+    ``ValueError: setting an array element with a sequence``, whatever the failure was, with the
+    failure as the direct cause. Where the cause is wengert's (TracerConversionError: the write would
+    drop a gradient; NeedsLoop: vmap's signal to run once per example), the transform raises that
+    cause in the ValueError's place, with the ValueError's traceback, which ends at the user's line.
+    """
+    try:
+        return f(*args, **kwargs)
+    except ValueError as error:
+        cause = error.__cause__
+        if type(error) is not ValueError or not isinstance(cause, (TracerConversionError, NeedsLoop)):
+            raise
+        raise cause.with_traceback(error.__traceback__) from None

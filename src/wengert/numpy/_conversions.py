@@ -41,10 +41,11 @@ BUFFER_ADVICE = ("Build the result with wg.Buffer (buf = wg.Buffer.zeros(shape);
 
 
 def differentiated(x):
-    """Is ``x`` traced by an open transform that differentiates it (a tape or a forward level)?"""
+    """Is ``x`` traced by an open transform that differentiates it (a tape or a forward level; not
+    vmap's, and not jit's staging, which refuses Python numbers itself)?"""
     while type(x) is Tracer:
         trace = x._trace
-        if trace.alive and not trace.hidden_axes:
+        if trace.alive and not trace.hidden_axes and not trace.staged:
             return True
         x = x.value
     return False
@@ -76,20 +77,28 @@ def _writes_an_element(frame):
     return 0 <= lasti < len(frame.f_code.co_code) and frame.f_code.co_code[lasti] == _STORE_SUBSCR
 
 
-def check_number(x, how, depth):
-    """Before ``x`` (a tracer) becomes a Python number ``how`` ("float", "int", ...): raise for an
-    element write into a plain array, warn where the gradient is dropped. ``depth``: frames
-    between this call and the code that asked for the number."""
-    if not differentiated(x):
-        return
+def check_write(x, depth):
+    """Before NumPy turns ``x`` (a tracer) into a float or complex number, of any shape: raise if
+    it does so to write ``x`` into a plain array (``a[i] = x``) and an open transform differentiates
+    ``x``. Checked before anything else reads the value, so the error is the same for every shape
+    and under jit. NumPy reports the error as its ``ValueError: setting an array element with a
+    sequence``; the transform running the function raises it in its place (``core.errors.run_user``).
+    ``depth``: frames between this call and the code that asked for the number."""
     caller = sys._getframe(depth + 1)
-    if how in ("float", "complex") and _writes_an_element(caller):
+    if _writes_an_element(caller) and differentiated(x):
+        shape = f"a traced value of shape {x.shape}" if x.shape else "a traced value"
         raise TracerConversionError(
-            f"a traced value is written into a plain NumPy array at {where(user_frame(caller))}: the array "
+            f"{shape} is written into a plain NumPy array at {where(user_frame(caller))}: the array "
             "keeps the number, not its gradient, so the gradient through it would be silently zero. "
             + BUFFER_ADVICE)
-    if how not in _DROPS:
+
+
+def check_number(x, how, depth):
+    """Before ``x`` (a tracer) becomes a Python number ``how`` ("float", "int", ...): warn where the
+    gradient is dropped. ``depth``: frames between this call and the code that asked for the number."""
+    if how not in _DROPS or not differentiated(x):
         return   # int(), bool(), round(): piecewise constant, so the zero derivative is right
+    caller = sys._getframe(depth + 1)
     frame = user_frame(caller)
     message = (
         f"{_DROPS[how]} of a traced value gives a Python number without its gradient: "

@@ -24,7 +24,7 @@ from ..primitives._batching import concrete
 from ..primitives._table import nondiff, unbox_all
 from . import _compositions
 from ._functions import _record_plain_product
-from ._conversions import array_refusal, check_number
+from ._conversions import array_refusal, check_number, check_write
 
 UFUNCS = {}
 FUNCTIONS = {}
@@ -223,12 +223,14 @@ def _shape(self):
 # Python numbers from traced values (the rule: numpy/_conversions.py). Each is called by Python or
 # NumPy directly, so the code that asked for the number is two frames up from check_number.
 def _float(self):
+    check_write(self, 1)
     value = concrete(self)
     check_number(self, "float", 1)
     return float(value)
 
 
 def _complex(self):
+    check_write(self, 1)
     value = concrete(self)
     check_number(self, "complex", 1)
     return complex(value)

@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 from ..core import namespace, tree
-from ..core.errors import LeakedTracerError
+from ..core.errors import LeakedTracerError, run_user
 from ..core.trace import Trace, Tracer, close_level, make_tracer, open_level, open_levels
 from ..primitives._batching import NeedsLoop, broadcast_batch, concrete, pad_batched
 from ..primitives._batching import reshape as _reshape
@@ -327,7 +327,7 @@ def _run_fused(f, flat, size, out_axes, parent):
                     leaf = make_tracer(x, trace)
                 wrapped.append(leaf)
             args.append(wrapped[0] if treedef is tree.LEAF else tree.unflatten(treedef, wrapped))
-        out = f(*args)
+        out = run_user(f, args, {})
         if type(out) is Tracer and type(out_axes) is int:
             leaves, axes, treedef = [out], [out_axes], tree.LEAF
         else:
@@ -659,7 +659,7 @@ def _run_at_new_level(f, flat, size):
         for leaves, axes, treedef in flat:
             wrapped = [leaf if ax is None else _wrap(_move(leaf, ax, 0), trace) for leaf, ax in zip(leaves, axes)]
             args.append(wrapped[0] if treedef is tree.LEAF else tree.unflatten(treedef, wrapped))
-        out = f(*args)
+        out = run_user(f, args, {})
     finally:
         close_level(trace)
     return out, trace

@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from ..core import namespace, tree
-from ..core.errors import LeakedTracerError, NoDerivativeError
+from ..core.errors import LeakedTracerError, NoDerivativeError, run_user
 from ..core.mutation import (ADVICE, InPlaceWriteError, check_not_stale, memory_of, refuse_writes_into_inputs,
                              staged_or_plain)
 from ..core.trace import Trace, Tracer, apply, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
@@ -208,7 +208,7 @@ def _jvp_leaves(f, primal_leaves, tangent_leaves, rebuild):
             tracer = make_tracer(p, trace)
             tracer.aux = t
             wrapped.append(tracer)
-        out = f(*rebuild(wrapped))
+        out = run_user(f, rebuild(wrapped), {})
     finally:
         close_level(trace)
     out_leaves, out_def = tree.flatten(out)

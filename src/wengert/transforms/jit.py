@@ -38,7 +38,7 @@ import numpy as np
 from ..core import backward as _backward
 from ..core.backward import is_plain_basic
 from ..core import tree
-from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError
+from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError, run_user
 from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
 from ..core.trace import (Primitive, ReverseTrace, Trace, Tracer, close_level, make_tracer,
                           open_level, open_levels, unbox)
@@ -910,7 +910,7 @@ class Jitted:
             wrapped = [trace.new_input(leaf) for leaf in leaves]
             dyn_args, dyn_kwargs = tree.unflatten(treedef, wrapped)
             args, kwargs = self._rebuild(static, dyn_args, dyn_kwargs)
-            out = self.f(*args, **kwargs)
+            out = run_user(self.f, args, kwargs)
         except NeedsLoop as e:  # vmap's signal for work whose shape depends on each example's values
             raise ConcretizationError(
                 f"{e}. Under wg.jit the same holds for the values the program will receive: the result's "
