@@ -14,6 +14,7 @@ import wengert.numpy as wnp
 from wengert.primitives import nn as P
 from wengert.transforms import _ir
 from test_jit import assert_trees_close
+from test_vectorize import fd_check
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
 import workloads  # noqa: E402
@@ -1098,3 +1099,124 @@ def test_a_scaled_array_times_a_smaller_one_scales_the_smaller_one():
     got, want, text, _ = staged(twice, x)
     assert_trees_close(got, want)
     assert any(e.outs[0].shape == x.shape for e in scaled(wg.jit(wg.value_and_grad(twice)), x)), text
+
+
+def _summed_einsums(text):
+    """(einsum results, those a sum reads): a sum of an einsum's result is the einsum's job."""
+    made = re.findall(r"(v\d+) = (?:np_)?einsum\(", text)
+    summed = [v for v in made if re.search(rf"= (?:add_reduce|_sum)\({v}\b", text)]
+    return made, summed
+
+
+def test_an_einsum_summed_over_a_split_axis_is_one_einsum():
+    """``sum(einsum('cik,cjk->cij').reshape(8, 4, 6, 7), axis=1)``: a sum over axes of an einsum's
+    result, through a reshape that splits an axis, is the einsum without those indices (the operand
+    split alike): one einsum, no sum of it. Values and gradients equal eager's and finite
+    differences."""
+    x, y = rng.standard_normal((32, 6, 5)), rng.standard_normal((32, 7, 5))
+    w = rng.standard_normal((8, 6, 7))
+
+    def f(x, y, w):
+        p = wnp.einsum("cik,cjk->cij", wnp.tanh(x), y)
+        return wnp.sum(wnp.sin(wnp.sum(p.reshape(8, 4, 6, 7), axis=1)) * w)
+
+    forward = wg.jit(f).lower(x, y, w).as_text()
+    made, summed = _summed_einsums(forward)
+    assert len(made) == 1 and not summed and calls(forward, "add_reduce") == 1   # the loss's sum alone
+    got, want, text, plain = staged(f, x, y, w, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert not _summed_einsums(text)[1]
+    fd_check(f, (x, y, w), 0)
+    fd_check(f, (x, y, w), 1)
+
+
+def test_outer_products_summed_over_a_split_lane_axis_are_one_batched_contraction():
+    """The lanes' outer products ``u[c] v[c]^T`` transposed, the lane axis split into (k, j) and summed
+    over j (seed 000 written as a matrix-vector product per (j, k): b's cotangent) are the einsum
+    'kjn,kjw->kwn' of the operands split alike, not a (64, 16, 32) product and a sum."""
+    u, v = rng.standard_normal((64, 16)), rng.standard_normal((64, 32))
+    w = rng.standard_normal((16, 32, 16))
+
+    def f(u, v, w):
+        p = wnp.tanh(u)[:, :, None] * v[:, None, :]
+        return wnp.sum(wnp.sin(wnp.sum(wnp.transpose(p, (0, 2, 1)).reshape(16, 4, 32, 16), axis=1)) * w)
+
+    forward = wg.jit(f).lower(u, v, w).as_text()
+    made, summed = _summed_einsums(forward)
+    assert len(made) == 1 and not summed and calls(forward, "multiply") == 1   # the loss's weights alone
+    got, want, text, _ = staged(f, u, v, w, argnums=(0, 1))
+    assert_trees_close(got, want)
+    fd_check(f, (u, v, w), 0)
+    fd_check(f, (u, v, w), 1)
+
+
+def test_a_sum_through_a_reshape_that_mixes_axes_or_over_a_diagonal_stays_a_sum():
+    """A reshape that mixes axes ((6, 32, 40) read as (4, 48, 40): no axis of 4 in 6) is no split:
+    the product and its sum stay. An einsum whose input repeats an index (a diagonal) is left to its
+    sum. Values and gradients equal eager's and finite differences."""
+    u, v = rng.standard_normal((6, 32)), rng.standard_normal((6, 40))
+    w = rng.standard_normal((48, 40))
+
+    def mixed(u, v, w):
+        p = wnp.tanh(u)[:, :, None] * v[:, None, :]
+        return wnp.sum(wnp.sin(wnp.sum(p.reshape(4, 48, 40), axis=0)) * w)
+
+    forward = wg.jit(mixed).lower(u, v, w).as_text()
+    assert einsums(forward) == 0 and calls(forward, "add_reduce") == 2
+    got, want, _, _ = staged(mixed, u, v, w, argnums=(0, 1))
+    assert_trees_close(got, want)
+    fd_check(mixed, (u, v, w), 0)
+
+    x, y = rng.standard_normal((32, 6, 6)), rng.standard_normal((32, 5))
+    z = rng.standard_normal((6, 5))
+
+    def diagonal(x, y, z):
+        return wnp.sum(wnp.sin(wnp.sum(wnp.einsum("cii,cj->cij", wnp.tanh(x), y), axis=0)) * z)
+
+    made, summed = _summed_einsums(wg.jit(diagonal).lower(x, y, z).as_text())
+    assert len(made) == 1 and summed
+    got, want, _, _ = staged(diagonal, x, y, z, argnums=(0, 1))
+    assert_trees_close(got, want)
+    fd_check(diagonal, (x, y, z), 0)
+
+
+def test_a_contraction_of_rows_gathered_repeatedly_reads_the_rows_once():
+    """Seed 000 written as one matrix-vector product per (j, k) reads batch k's matrix ``b[:, :, k].T``
+    for every column j: the lanes (k, j) gather each matrix R times. The contractions read the
+    matrices themselves, the lane axis split into (k, j): no gather of them. Values and gradients
+    equal eager's, the hand-written gradient's and finite differences."""
+    n, width, r, b = 16, 32, 4, 8
+    a, bb = rng.random((width, r, b)), rng.random((width, n, b))
+    wts = rng.standard_normal((n, r, b))
+    f = workloads.w1_loop_forms_code(wnp, wg.Buffer, at=wg.at)["matrix-vector per (j,k)"]
+    got, want, text, plain = staged(f, a, bb, wts, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert_trees_close(got, workloads.w1_hand_einsum(a, bb, wts))
+
+    def contracted_gathers(text):   # contractions reading a gather of rows by a constant index array
+        gathers = re.findall(r"(v\d+) = v\d+\[c\d+,\]", text)
+        return [line for line in text.splitlines() if re.search(r"= (np_)?(einsum|matmul)\(", line)
+                and any(re.search(rf"\b{g}\b", line.split("#")[0].split("=", 1)[1]) for g in gathers)]
+    assert contracted_gathers(plain) and not contracted_gathers(text)
+    fd_check(f, (a, bb, wts), 0)
+    fd_check(f, (a, bb, wts), 1)
+
+
+@pytest.mark.parametrize("repeat", ["each row j times", "the whole base j times", "a permutation"])
+def test_an_einsum_of_repeated_rows_splits_the_lane_axis(repeat):
+    """``einsum('cab,cb->ca', x[idx], y)`` with ``idx`` repeating rows of ``x`` along a (k, j) grid
+    of lanes reads ``x`` itself: no gather into the contraction. An index that repeats nothing (a
+    permutation) keeps its gather. Values and gradients equal eager's and finite differences."""
+    idx = {"each row j times": np.repeat(np.arange(8), 3), "the whole base j times": np.tile(np.arange(8), 3),
+           "a permutation": np.random.default_rng(3).permutation(24)}[repeat]
+    x = rng.standard_normal((8 if repeat != "a permutation" else 24, 16, 32))
+    y = rng.standard_normal((24, 32))
+
+    def f(x, y):
+        return wnp.sum(wnp.sin(wnp.einsum("cab,cb->ca", wnp.tanh(x)[idx], y)))
+
+    got, want, text, _ = staged(f, x, y, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert bool(re.search(r"= v\d+\[c\d+,?\]", text)) == (repeat == "a permutation"), text
+    fd_check(f, (x, y), 0)
+    fd_check(f, (x, y), 1)

@@ -186,83 +186,180 @@ def _reversal(index, shape):
     return reversed_axes
 
 
+def _regrouped(axes, shape, sizes, split):
+    """The atoms of each axis of ``shape``, an array whose axes hold the atoms ``axes`` (one list per
+    axis, in C order, of sizes ``sizes``) reshaped: each new axis takes whole atoms from the front,
+    splitting one in two (``split(atom, size)``) where the new axis ends inside it. None when a
+    reshape mixes atoms (an atom of 6 read as axes of 4)."""
+    flat = [a for ax in axes for a in ax]
+    out, i = [], 0
+    for n in shape:
+        group = []
+        while n > 1 or (i < len(flat) and sizes[flat[i]] == 1):
+            if i == len(flat):
+                return None
+            s = sizes[flat[i]]
+            if n % s == 0:
+                group.append(flat[i])
+                n //= s
+                i += 1
+            elif s % n == 0:
+                first, flat[i] = split(flat[i], n)
+                group.append(first)
+                n = 1
+            else:
+                return None
+        out.append(group)
+    return out if all(sizes[a] == 1 for a in flat[i:]) else None
+
+
 def _through_views(v, defs, counts, summed):
-    """``(p, where)``: ``v`` is ``p`` seen through transposes and whole reversals of summed axes (the
-    vectorizing pass's batched views), each read once, ``v``'s axis ``k`` being ``p``'s axis
-    ``where[k]``; ``(v, identity)`` when it is no view. A sum over ``v`` is then the same sum over
-    ``p``, its kept axes in ``v``'s order. ``(None, None)`` when a kept axis is reversed."""
-    where = list(range(len(v.shape)))
-    for _ in range(8):
+    """``(p, atoms, where, sizes)``: ``v`` is ``p`` seen through views each read once (the
+    vectorizing pass's batched views): transposes, whole reversals of summed axes, and reshapes
+    that split or merge axes. Each axis of ``p`` is cut into atoms (``atoms[a]``, in C order; one
+    atom per axis unless a reshape splits it), ``where[k]`` lists the atoms of ``v``'s axis ``k``
+    and ``sizes`` their lengths. A sum over ``v``'s axes ``summed`` is then a sum over their atoms.
+    None when a kept axis is reversed or a reshape mixes atoms."""
+    chain = []
+    while len(chain) < 8:
         eqn = defs.get(v.id)
-        if eqn is None or counts.get(v.id) != 1 or type(eqn.args[0]) is not Var:
+        if eqn is None or counts.get(v.id) != 1 or len(eqn.args) != 1 or type(eqn.args[0]) is not Var:
             break
         u = eqn.args[0]
-        if eqn.prim is S.transpose and len(eqn.args) == 1:
+        if not (eqn.prim is S.transpose or eqn.prim is S.reshape
+                or (eqn.prim is S.getitem and u.shape == v.shape and _reversal(eqn.params["index"], u.shape) is not None)):
+            break
+        chain.append(eqn)
+        v = u
+    sizes = dict(enumerate(v.shape))
+    atoms = [[a] for a in range(len(v.shape))]
+    where = [[a] for a in range(len(v.shape))]
+    flipped = set()
+
+    def split(a, n):
+        first, rest = len(sizes), len(sizes) + 1
+        sizes[first], sizes[rest] = n, sizes[a] // n
+        for parts in atoms:
+            if a in parts:
+                k = parts.index(a)
+                parts[k:k + 1] = [first, rest]
+        if a in flipped:
+            flipped.update((first, rest))
+        return first, rest
+
+    for eqn in reversed(chain):
+        u = eqn.args[0]
+        if eqn.prim is S.transpose:
             axes = eqn.params.get("axes")
             axes = tuple(range(len(u.shape)))[::-1] if axes is None else tuple(a % len(u.shape) for a in axes)
-            where = [axes[a] for a in where]
-        elif eqn.prim is S.getitem and u.shape == v.shape:
-            flipped = _reversal(eqn.params["index"], u.shape)
-            if flipped is None:
-                break
-            if any(where[k] in flipped for k in range(len(where)) if k not in summed):
-                return None, None
+            where = [where[a] for a in axes]
+        elif eqn.prim is S.reshape:
+            where = _regrouped(where, eqn.outs[0].shape, sizes, split)
+            if where is None:
+                return None
         else:
-            break
-        v = u
-    return v, where
+            for k in _reversal(eqn.params["index"], u.shape):
+                flipped.update(where[k])
+    if flipped - {a for k in summed for a in where[k]}:
+        return None   # a kept axis reversed
+    return v, atoms, where, sizes
+
+
+def _contraction_terms(p, atoms, sizes, defs, counts, fresh, source):
+    """The operands of ``p``, a broadcasting product ``a * b`` or an einsum read only by the sum
+    being rewritten, and their terms as lists of ``p``'s atoms (one for each operand axis, after
+    reshapes splitting its axes into atoms and dropping the size-1 axes a product broadcast):
+    ``(operands, terms, new equations)``, or None."""
+    src = defs.get(p.id)
+    if src is None or counts.get(p.id) != 1 or not all(type(a) is Var and a.dtype == p.dtype for a in src.args):
+        return None
+    n = len(p.shape)
+    parts = []   # (operand, its axes kept, the atoms of each)
+    if src.prim is E.multiply and not src.params and len(src.args) == 2:
+        size = _size(p)
+        if size < _CONTRACT_MIN or not any(_size(x) < size for x in src.args):
+            return None   # small, or no broadcast: the product is no larger than its operands
+        for x in src.args:
+            y, axes = _expanded(x, defs)
+            offset = n - len(x.shape)
+            kept = [k for k, a in enumerate(axes) if y.shape[k] == p.shape[offset + a]]
+            if any(y.shape[k] != 1 for k in range(len(axes)) if k not in kept):
+                return None
+            parts.append((y, kept, [atom for k in kept for atom in atoms[offset + axes[k]]]))
+    elif src.prim is C.einsum and set(src.params) == {"subscripts"}:
+        found = _terms(src)
+        if found is None or len(found[1]) != n:
+            return None
+        terms, output = found
+        of = {c: atoms[k] for k, c in enumerate(output)}
+        for term, x in zip(terms, src.args):
+            for c, m in zip(term, x.shape):
+                if c not in of:   # a contracted index: an atom of its own
+                    of[c] = [len(sizes)]
+                    sizes[len(sizes)] = m
+                elif m != int(np.prod([sizes[a] for a in of[c]])):
+                    return None   # a size-1 index broadcast by einsum
+            parts.append((x, list(range(len(x.shape))), [atom for c in term for atom in of[c]]))
+    else:
+        return None
+    operands, terms, new = [], [], []
+    for y, kept, term in parts:
+        shape = tuple(sizes[a] for a in term)
+        if shape != y.shape:   # axes split into atoms, size-1 axes dropped: a reshape (a view)
+            z = fresh(shape, y.dtype)
+            new.append(Eqn(S.reshape, (y,), {"shape": shape}, (z,), (y,), source))
+            y = z
+        operands.append(y)
+        terms.append(term)
+    return operands, terms, new
 
 
 def _product_sum(eqn, defs, counts, fresh):
-    """``sum(a * b, axis)``, where the product broadcasts an operand to a larger array and only this
-    sum reads it, is one einsum (``alpha[None, :, :] * Hs`` summed over time, and its backward pass
+    """A sum over axes of a contraction's result read only there is the contraction with those
+    indices summed: ``sum(a * b, axis)``, where the product broadcasts an operand to a larger array,
+    is one einsum (``alpha[None, :, :] * Hs`` summed over time, and its backward pass
     ``wts[:, None, :] * Hs`` summed over features): NumPy's sum-of-products loop reads the operands
     once, where the product writes and the sum reads again an array of the broadcast size (W2's
-    (100, 256, 128) block: 2 ms against 6 ms)."""
+    (100, 256, 128) block: 2 ms against 6 ms); and an einsum summed is the einsum without those
+    output indices. Transposes, reversals of the summed axes and reshapes that split or merge axes
+    between them are seen through: a reshape that splits an axis splits its index in the operands
+    (seed 000 written as one matrix-vector product per (j, k): b's cotangent, the lanes' outer
+    products (64, 16, 64) reshaped to (16, 4, ...) and summed over j, is the batched contraction
+    'kjn,kjw->kwn', 16 matrix products)."""
     if eqn.prim is not R.sum_ or len(eqn.args) != 1 or type(eqn.args[0]) is not Var \
             or not set(eqn.params) <= {"axis", "keepdims"}:
         return None
-    p, where = _through_views(eqn.args[0], defs, counts, _axes(eqn.params.get("axis"), len(eqn.args[0].shape)))
-    if p is None:
+    x = eqn.args[0]
+    summed = _axes(eqn.params.get("axis"), len(x.shape))
+    found = _through_views(x, defs, counts, summed)
+    if found is None:
         return None
-    src = defs.get(p.id)
-    if src is None or src.prim is not E.multiply or src.params or len(src.args) != 2 or counts.get(p.id) != 1:
-        return None
+    p, atoms, where, sizes = found
     out = eqn.outs[0]
-    n, size = len(p.shape), int(np.prod(p.shape))
-    if n == 0 or n > len(_LETTERS) or size < _CONTRACT_MIN or p.dtype.kind not in "fc" or out.dtype != p.dtype:
+    if not p.shape or p.dtype.kind not in "fc" or out.dtype != p.dtype:
         return None
-    if not any(type(x) is Var and int(np.prod(x.shape)) < size for x in src.args):
-        return None   # no broadcast: the product is no larger than its operands
-    operands, terms, squeezes = [], [], []
-    for x in src.args:
-        if type(x) is not Var or x.dtype != p.dtype:
-            return None
-        y, axes = _expanded(x, defs)
-        offset = n - len(x.shape)
-        kept = [k for k, a in enumerate(axes) if y.shape[k] == p.shape[offset + a]]
-        if len(kept) < len(axes):   # size-1 axes broadcast: dropped by a reshape (a view), no index of the einsum
-            if any(y.shape[k] != 1 for k in range(len(axes)) if k not in kept):
-                return None
-            z = fresh(tuple(y.shape[k] for k in kept), y.dtype)
-            squeezes.append(Eqn(S.reshape, (y,), {"shape": z.shape}, (z,), (y,), eqn.source))
-            y = z
-        operands.append(y)
-        terms.append("".join(_LETTERS[offset + axes[k]] for k in kept))
-    summed = _axes(eqn.params.get("axis"), n)
-    present = set("".join(terms))
-    order = [where[k] for k in range(n) if k not in summed]    # the kept axes, in the product's numbering
-    kept = "".join(_LETTERS[a] for a in order if _LETTERS[a] in present)
-    subscripts = ",".join(terms) + "->" + kept
-    shape = tuple(p.shape[a] for a in order if _LETTERS[a] in present)
+    found = _contraction_terms(p, atoms, sizes, defs, counts, fresh, eqn.source)
+    if found is None:
+        return None
+    operands, terms, new = found
+    letters = {}   # p's atoms in order, then the contracted indices
+    for a in [a for parts in atoms for a in parts] + [a for term in terms for a in term]:
+        letters.setdefault(a, _LETTERS[len(letters)] if len(letters) < len(_LETTERS) else None)
+    if None in letters.values():
+        return None
+    present = {a for term in terms for a in term}
+    order = [a for k in range(len(x.shape)) if k not in summed for a in where[k] if a in present]
+    subscripts = ",".join("".join(letters[a] for a in term) for term in terms) + "->" \
+        + "".join(letters[a] for a in order)
+    shape = tuple(sizes[a] for a in order)
     if shape == out.shape:
-        return squeezes + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, eqn.outs, tuple(operands),
-                               eqn.source)]
+        return new + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, eqn.outs, tuple(operands),
+                          eqn.source)]
     if int(np.prod(shape)) != int(np.prod(out.shape)):
         return None
-    tmp = fresh(shape, out.dtype)   # kept axes of size 1 (keepdims, or in no operand): a reshape
-    return squeezes + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, (tmp,), tuple(operands), eqn.source),
-                       Eqn(S.reshape, (tmp,), {"shape": out.shape}, eqn.outs, (tmp,), eqn.source)]
+    tmp = fresh(shape, out.dtype)   # kept axes merged, of size 1 (keepdims, or in no operand): a reshape
+    return new + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, (tmp,), tuple(operands), eqn.source),
+                  Eqn(S.reshape, (tmp,), {"shape": out.shape}, eqn.outs, (tmp,), eqn.source)]
 
 
 def _terms(eqn):
@@ -275,6 +372,107 @@ def _terms(eqn):
     if len(terms) != len(eqn.args) or any(len(set(t)) != len(t) for t in terms + [output]):
         return None
     return terms, output
+
+
+def _repeated_rows(v, defs):
+    """``(x, base, k, j, inner)`` when ``v = x[idx]`` gathers rows of ``x`` by a constant index array
+    that repeats each of ``base``'s k rows j times: ``idx`` is ``base`` with each row j times in a
+    row (``inner``: a loop's outer counter; j the first value's run) or the whole ``base`` j times
+    (k the period of the first value). None otherwise."""
+    eqn = defs.get(v.id) if type(v) is Var else None
+    if eqn is None or eqn.prim is not S.getitem or type(eqn.args[0]) is not Var:
+        return None
+    index = eqn.params["index"]
+    idx = index[0] if type(index) is tuple and len(index) == 1 else index
+    x = eqn.args[0]
+    if type(idx) is not np.ndarray or idx.ndim != 1 or idx.dtype.kind not in "iu" or len(idx) < 2 \
+            or x.shape[1:] != v.shape[1:]:
+        return None
+    n = len(idx)
+    run = int(np.argmax(idx != idx[0])) or n   # the first value's run: each row j times in a row
+    if run > 1 and n % run == 0:
+        grid = idx.reshape(n // run, run)
+        if (grid == grid[:, :1]).all():
+            return x, grid[:, 0] % x.shape[0], n // run, run, True
+    again = np.flatnonzero(idx[1:] == idx[0])   # the first value again: the whole base repeated
+    period = int(again[0]) + 1 if len(again) else n
+    if period < n and n % period == 0:
+        grid = idx.reshape(n // period, period)
+        if (grid == grid[:1]).all():
+            return x, grid[0] % x.shape[0], period, n // period, False
+    return None
+
+
+def _contraction_of_repeated_rows(eqn, defs, fresh):
+    """A contraction (an einsum, or a batched matmul) one of whose operands gathers rows of ``x``
+    repeated along a grid of lanes (the vectorizing pass's lanes (k, j) reading ``x[k]`` in every
+    j: seed 000 written as one matrix-vector product per (j, k) reads batch k's matrix ``b[:, :, k].T``
+    for each of the 4 columns j) is the contraction of ``x`` itself with the lane index split into
+    (k, j): the other operands' lane axes reshaped (views), the result's merged back; no copy of
+    ``x`` j times (64 x (16, 64) floats: 42 us), and one matrix product per k, not a matrix-vector
+    product per lane. The same products."""
+    out = eqn.outs[0]
+    if eqn.prim is C.einsum and set(eqn.params) == {"subscripts"}:
+        found = _terms(eqn)
+        if found is None:
+            return None
+        terms, output = found
+    elif eqn.prim is C.matmul and not eqn.params and len(eqn.args) == 2 \
+            and all(type(a) is Var and len(a.shape) >= 3 for a in eqn.args) \
+            and eqn.args[0].shape[:-2] == eqn.args[1].shape[:-2] == out.shape[:-2]:
+        batch = _LETTERS[3:3 + len(out.shape) - 2]
+        terms, output = [batch + "ab", batch + "bc"], batch + "ac"
+    else:
+        return None
+    args = eqn.args
+    if any(type(a) is not Var or a.dtype != out.dtype for a in args) or out.dtype.kind not in "fc":
+        return None
+    for position, g in enumerate(args):
+        found = _repeated_rows(g, defs)
+        if found is None:
+            continue
+        x, base, k, j, inner = found
+        lane = terms[position][0]
+        if not any(lane in term for p, term in enumerate(terms) if p != position):
+            continue   # the lanes summed over the gathered operand alone: each row counts j times
+        if any(n != k * j for a, term in zip(args, terms) for c, n in zip(term, a.shape) if c == lane):
+            continue
+        free = [c for c in _LETTERS if c not in "".join(terms) + output]
+        kl, jl = free[0], free[1]
+        split = kl + jl if inner else jl + kl
+        sizes = {kl: k, jl: j}
+        new, operands, new_terms = [], [], []
+        for p, (a, term) in enumerate(zip(args, terms)):
+            if p == position:
+                if not (base.shape[0] == x.shape[0] and (base == np.arange(x.shape[0])).all()):
+                    y = fresh((k,) + x.shape[1:], x.dtype)
+                    new.append(Eqn(S.getitem, (x,), {"index": (base,)}, (y,), (x,), eqn.source))
+                    x = y
+                operands.append(x)
+                new_terms.append(kl + term[1:])
+                continue
+            if lane in term:
+                at = term.index(lane)
+                shape = a.shape[:at] + tuple(sizes[c] for c in split) + a.shape[at + 1:]
+                y = fresh(shape, a.dtype)
+                new.append(Eqn(S.reshape, (a,), {"shape": shape}, (y,), (a,), eqn.source))
+                a = y
+                term = term.replace(lane, split)
+            operands.append(a)
+            new_terms.append(term)
+        subscripts = ",".join(new_terms) + "->" + output.replace(lane, split)
+        shape = out.shape if lane not in output else \
+            out.shape[:output.index(lane)] + tuple(sizes[c] for c in split) + out.shape[output.index(lane) + 1:]
+        if _einsum_loops(subscripts, tuple(o.shape for o in operands)) and not (
+                eqn.prim is C.einsum and _einsum_loops(eqn.params["subscripts"], tuple(a.shape for a in args))):
+            return None   # the gathered rows' products by a BLAS call, not by the einsum loop
+        if shape == out.shape:
+            return new + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, eqn.outs, tuple(operands),
+                              eqn.source)]
+        tmp = fresh(shape, out.dtype)
+        return new + [Eqn(C.einsum, tuple(operands), {"subscripts": subscripts}, (tmp,), tuple(operands), eqn.source),
+                      Eqn(S.reshape, (tmp,), {"shape": out.shape}, eqn.outs, (tmp,), eqn.source)]
+    return None
 
 
 def reuse_contractions(program):
@@ -1557,6 +1755,7 @@ def simplify(program):
                     or _logsumexp_of_shifted(eqn, defs, fresh) or _tie_shares(eqn, defs, counts, fresh)
                     or (_product_sum(eqn, defs, counts, fresh) if contract else None)
                     or (_batched_product_summed(eqn, defs, counts, fresh) if contract else None)
+                    or (_contraction_of_repeated_rows(eqn, defs, fresh) if contract else None)
                     or _sum_of_stacked_reads(eqn, defs, counts, fresh) or _product_over_one(eqn) or _einsum_without_sum(eqn, fresh)
                     or _scale_onto_smaller(eqn, defs, counts, fresh)
                     or _transpose_of_product(eqn, defs, counts, fresh) or _shared_matrix_times_vectors(eqn, defs, fresh)
@@ -1779,11 +1978,17 @@ def _einsum_loop(eqn):
     if len(eqn.params) != 1 or type(subscripts) is not str or not eqn.args \
             or any(type(a) is not Var for a in eqn.args):
         return None
-    chosen = C._contraction(subscripts, tuple(a.shape for a in eqn.args))
-    steps = getattr(chosen, "contraction_list", None)
-    if getattr(chosen, "func", None) is np.einsum or (steps is not None and len(steps) == 1 and not steps[0][-1]):
+    if _einsum_loops(subscripts, tuple(a.shape for a in eqn.args)):
         return Eqn(_EINSUM, (subscripts,) + tuple(eqn.args), {}, eqn.outs, eqn.uses, eqn.source)
     return None
+
+
+def _einsum_loops(subscripts, shapes):
+    """Does the einsum primitive compute this contraction with NumPy's einsum loop, once (a small
+    contraction, or one opt_einsum plans as a single step with no BLAS call)?"""
+    chosen = C._contraction(subscripts, shapes)
+    steps = getattr(chosen, "contraction_list", None)
+    return getattr(chosen, "func", None) is np.einsum or (steps is not None and len(steps) == 1 and not steps[0][-1])
 
 
 def _spelled(eqn):
