@@ -295,12 +295,16 @@ def test_nested_loops_seed_000_every_spelling():
         vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
 
 
-def test_seed_001_colwise_against_the_hand_written_gradient():
-    T, B, n_in, n_out, D = 9, 8, 5, 4, 6
-    r = np.random.default_rng(2)
+def _seed_001_inputs(seed, T=9, B=8, n_in=5, n_out=4, D=6):
+    """Seed 001's arguments, small: Wm, bm, the steps' inputs xs, Hs and the weights."""
+    r = np.random.default_rng(seed)
     Wm, bm = r.normal(size=(n_out, n_in)), r.normal(size=n_out)
     xs = [r.random((n_in, B)) for _ in range(T)]
-    Hs, wts = r.random((D, T, B)), r.normal(size=(D, B))
+    return Wm, bm, xs, r.random((D, T, B)), r.normal(size=(D, B))
+
+
+def test_seed_001_colwise_against_the_hand_written_gradient():
+    Wm, bm, xs, Hs, wts = _seed_001_inputs(2)
     value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
     for name, f in workloads.w2_spellings_code(wnp, wg.Buffer).items():
         if "in-place" in name:
@@ -316,11 +320,7 @@ def test_a_column_read_twice_in_one_trip_only_still_scatters_on_a_grid(form):
     # seed 001 with ys[0][:, b] read in every step: at t = 0 the dot product reads one column twice,
     # so that trip adds two cotangents at each position of ys[0]; the chain is two grid scatters
     # (the first add of each run, then the second), not a sorted scatter-add of every member
-    T, B, n_in, n_out, D = 9, 8, 5, 4, 6
-    r = np.random.default_rng(3)
-    Wm, bm = r.normal(size=(n_out, n_in)), r.normal(size=n_out)
-    xs = [r.random((n_in, B)) for _ in range(T)]
-    Hs, wts = r.random((D, T, B)), r.normal(size=(D, B))
+    Wm, bm, xs, Hs, wts = _seed_001_inputs(3)
     f = workloads.w2_loop_forms_code(wnp, wg.Buffer, at=wg.at)[form]
     value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
     step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
@@ -328,6 +328,39 @@ def test_a_column_read_twice_in_one_trip_only_still_scatters_on_a_grid(form):
     lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=5)
     assert _count(lowered, "scatter_add") == 0
     fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
+
+
+def _seed_001_inline(b_outer):
+    """Seed 001's loop with the columns read where they are used, the batch loop outside or inside."""
+    def inline(Wm, bm, xs, Hs, wts):
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        T, B = len(ys), ys[0].shape[1]
+        z = wg.Buffer.zeros((T, B), Wm.dtype)
+        for t, b in ([(t, b) for b in range(B) for t in range(T)] if b_outer else
+                     [(t, b) for t in range(T) for b in range(B)]):
+            z[t, b] = wnp.dot(ys[0][:, b], ys[t][:, b])
+        alpha = workloads.softmax_code(wnp)(z.freeze(), axis=0)
+        return wnp.sum(wnp.sum(alpha[None, :, :] * Hs, axis=1) * wts)
+    return inline
+
+
+def test_a_loop_run_out_of_memory_order_gives_the_program_of_the_loop_in_order():
+    # for b: for t: z[t, b] = np.dot(ys[0][:, b], ys[t][:, b]) visits the steps' (t, b) columns b
+    # first: its lanes are taken in memory order, (t, b), so the column reads are one copy of the
+    # steps' array (no gather, no transposing copy of every step's output) and the scatter into z
+    # a reshape: the program is the one the loop with t outside gives, line for line
+    Wm, bm, xs, Hs, wts = _seed_001_inputs(5)
+    f = _seed_001_inline(b_outer=True)
+    value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(Wm, bm, xs, Hs, wts), (value, grads), rtol=1e-9)
+    lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=5)
+    in_order = wg.jit(wg.value_and_grad(_seed_001_inline(b_outer=False), argnums=(0, 1))).lower(Wm, bm, xs, Hs, wts)
+    assert lowered.code.splitlines()[1:] == in_order.code.splitlines()[1:]
+    assert not [e for e in lowered.program.eqns if e.prim.name == "getitem" and any(
+        type(i) is np.ndarray for i in (e.params["index"] if type(e.params["index"]) is tuple else (e.params["index"],)))]
+    fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
+    fd_check(lambda bm: f(Wm, bm, xs, Hs, wts), (bm,))
 
 
 def test_a_loop_whose_body_differs_in_one_iteration():

@@ -194,6 +194,36 @@ def _progression(values):
     return slice(start, stop if stop >= 0 else None, step)
 
 
+def _read_columns(members):
+    """For a class of reads at varying constant indices (``x[:, i, k]``): the ints of their indices,
+    one column (a value per member) per int position; [] where an index is not constant ints and
+    slices of one pattern. None for any other class."""
+    e0 = members[0]
+    if e0.prim is not getitem or all(_same_index(e.params["index"], e0.params["index"]) for e in members):
+        return None
+    idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
+    if any(i is None for i in idxs) or any(_pattern(i) != _pattern(idxs[0]) for i in idxs):
+        return []
+    return [[idx[a] for idx in idxs] for a, i in enumerate(idxs[0]) if type(i) is not slice]
+
+
+def _lexsorted(keys):
+    """The order that sorts lanes by ``keys`` (equal-length int columns, the first the most
+    significant), or None when two lanes have equal keys."""
+    keys = [np.asarray(k, np.int64) for k in keys]
+    order = np.lexsort(keys[::-1])
+    ranked = np.stack([k[order] for k in keys])
+    if len(order) > 1 and not np.all(np.any(ranked[:, 1:] != ranked[:, :-1], axis=0)):
+        return None
+    return order
+
+
+def _monotone(order):
+    """Whether a permutation is the identity or its reverse."""
+    steps = np.diff(order)
+    return bool(np.all(steps == 1) or np.all(steps == -1))
+
+
 def _descending(columns):
     """Whether integer ``columns`` (one per index position, a value per lane) count down through a
     grid of lanes: every varying one affine in the lanes with no positive step, one negative."""
@@ -349,7 +379,7 @@ def _collapse_writes(eqns, outputs, fresh):
         taken.update(chain)
         if len(chain) < 2:
             continue
-        new = _one_scatter(eqns, chain, links, fresh, made_by)
+        new = _one_scatter(*_in_rounds(eqns, chain, links), links, fresh, made_by)
         if new is None:
             continue
         removed.extend(chain[:-1])
@@ -412,6 +442,39 @@ def _computations(links, chain, values, producers):
     else:
         return 1
     return p if all(_form(v, producers) == forms[q % p] for q, v in enumerate(values)) else 1
+
+
+def _in_rounds(eqns, chain, links):
+    """``(eqns, chain)`` for ``_one_scatter``: an ``index_add`` chain that adds each position's terms
+    in one run (``for b: for t: z[t, b] = np.dot(ys[0][:, b], ys[t][:, b])``: ys[0]'s column b
+    gets the terms of every step, then column b + 1) and adds one term twice in a row (the column
+    read twice in a trip, ``np.dot(u, u)`` at t = 0) is taken round by round: the r-th term of every
+    run, then the next, a doubled term kept doubled. That is the order the loop with t outside adds
+    them in (sums do not depend on it but for rounding), which ``_adjacent_adds_split`` and the
+    grids then read as they read that loop's. Any other chain is returned as it is."""
+    if eqns[chain[0]].prim is not index_add:
+        return eqns, chain
+    keys = _chain_keys(links, chain)
+    runs, seen, doubled = [], set(), False   # runs: per position, its terms (each a list of writes)
+    for i, k in enumerate(chain):
+        if i and keys[i] == keys[i - 1]:
+            if eqns[k].args[1] is eqns[chain[i - 1]].args[1]:
+                runs[-1][-1].append(k)
+                doubled = True
+            else:
+                runs[-1].append([k])
+            continue
+        if keys[i] in seen:
+            return eqns, chain
+        seen.add(keys[i])
+        runs.append([[k]])
+    if not doubled or len(runs) < 2 or len(runs[0]) < 2 or any(len(r) != len(runs[0]) for r in runs):
+        return eqns, chain
+    ordered = [k for u in range(len(runs[0])) for r in runs for k in r[u]]
+    head, tail, last = eqns[ordered[0]], eqns[ordered[-1]], eqns[chain[-1]]
+    base = eqns[chain[0]].args[0]
+    return _Replaced(eqns, {ordered[0]: _eqn(index_add, (base, head.args[1]), head.params, head.outs, head.source),
+                            ordered[-1]: _eqn(index_add, tail.args, tail.params, last.outs, tail.source)}), ordered
 
 
 def _one_scatter(eqns, chain, links, fresh, made_by):
@@ -802,6 +865,7 @@ class _Emitter:
         self.read = set()   # those already read back on their own
         self.stacks = {}    # ids of the variables an emitted stack of distinct operands holds -> it
         self.decided = set()  # classes whose members' order their operands decided (see _oriented)
+        self.by_memory = False  # a loop ran a grid of columns out of memory order (see _memory_order)
 
     def need(self, v):
         """Make the result of a batched member available on its own (read its element)."""
@@ -822,10 +886,13 @@ class _Emitter:
         made = []
         columns = list(zip(*map(_ARGS, members)))   # the members' q-th operands, for each q
         found = {}   # q -> _positions of columns[q], computed once for _oriented and _batch
-        if self._oriented(gid, members, columns, found):
-            members = members[::-1]
-            columns = [c[::-1] for c in columns]
-            found = {q: (f if f is None else (f[0], f[1][::-1].copy())) for q, f in found.items()}
+        order = self._memory_order(gid, members, columns, found)
+        if order is None and self._oriented(gid, members, columns, found):
+            order = np.arange(len(members) - 1, -1, -1)
+        if order is not None and not np.array_equal(order, np.arange(len(order))):
+            members = [members[k] for k in order.tolist()]
+            columns = [[c[k] for k in order.tolist()] for c in columns]
+            found = {q: (f if f is None else (f[0], f[1][order])) for q, f in found.items()}
         result = self._batch(members, columns, found, made)
         if result is None:
             for eqn in members:
@@ -855,12 +922,11 @@ class _Emitter:
         if len(members) < 2:
             return False
         down = up = False
-        e0 = members[0]
-        if e0.prim is getitem and not all(_same_index(e.params["index"], e0.params["index"]) for e in members):
-            idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
-            if any(i is None for i in idxs) or any(len(i) != len(idxs[0]) for i in idxs):
+        read = _read_columns(members)
+        if read is not None:
+            if not read:
                 return False
-            columns = [[idx[a] for idx in idxs] for a, i in enumerate(idxs[0]) if type(i) is not slice]
+            columns = read
             down = _descending(columns)
             up = not down and _descending([col[::-1] for col in columns])
         for q, xs in enumerate(columns):
@@ -885,6 +951,56 @@ class _Emitter:
         if up != down:
             self.decided.add(gid)
         return down and not up
+
+    def _memory_order(self, gid, members, columns, found):
+        """The members sorted by where they read, when a loop ran a grid of columns in an order other
+        than memory's: ``for b: for t: np.dot(ys[0][:, b], ys[t][:, b])`` reads the lanes (b, t) of
+        the steps' (t, b) columns, so its batched reads would be transposing copies and gathers,
+        and its scatter into ``z[t, b]`` a transpose. A class of reads of one batched class's
+        members that is neither in memory order nor reversed is taken in memory order (the base's
+        position, then the index) and sets ``by_memory``; from then on every class is ordered so,
+        or by its operands' positions (``_by_operands``), and the program is the one a loop in
+        memory order gives. None: ``_oriented`` decides."""
+        if len(members) < 2:
+            return None
+        keys = _read_columns(members)
+        if keys is not None:
+            if not keys:
+                return None
+            bases = [e.args[0] for e in members]
+            at = self._positions(bases)
+            if at is not None:
+                keys.insert(0, at[1])
+            elif not self.by_memory or not all(b is bases[0] for b in bases):
+                return None
+            order = _lexsorted(keys)
+            if order is None or (not self.by_memory and (at is None or _monotone(order))):
+                return None
+            self.by_memory = True
+        elif self.by_memory:
+            order = self._by_operands(columns, found)
+            if order is None:
+                return None
+        else:
+            return None
+        self.decided.add(gid)
+        return order
+
+    def _by_operands(self, columns, found):
+        """The members sorted by their operands' positions in their classes (all distinct keys),
+        the operand with the most distinct positions first (the dot's column of step t over the
+        column of step 0 it is paired with). None where no operand is a batched class's."""
+        keys = []
+        for q, xs in enumerate(columns):
+            if type(xs[0]) is not Var or all(x is xs[0] for x in xs):
+                continue
+            got = found[q] = self._positions(xs)
+            if got is not None:
+                keys.append((-len(np.unique(got[1])), q, got[1]))
+        if not keys:
+            return None
+        keys.sort(key=lambda k: k[:2])
+        return _lexsorted([k[2] for k in keys])
 
     # -- operands --
     @staticmethod
@@ -1177,6 +1293,8 @@ def vectorize(program, trace_type, stats=None, cut=None):
             if type(v) is Var:
                 emit.need(v)
         result = dce(Program(program.inputs, emit.out, program.outputs))
+        if emit.by_memory:
+            result = _scatters_in_lane_order(result)
         result = contract_lanes(softmax_backward(result, fresh))
         result = contract_cotangents(elementwise_before_broadcasts(result, fresh), fresh)
         result = _shared_indices(scatters_into_zeros_as_views(repeated_rows_as_views(narrow_lanes(result, fresh), fresh)))
@@ -1455,6 +1573,48 @@ def _grid_add_plan(index, positions, columns, shape, lane):
     return _Plan(lane=lane, grid=tuple(grid), summed=summed, offset=tuple(offset),
                  kept=tuple(grid[a] for a in kept), steps=tuple(per_axis), columns=tuple(columns),
                  positions=tuple(positions), ndim=len(shape))
+
+
+def _permutation_read(v, producers, counts):
+    """``(x, perm)`` when ``v`` is only ``x[perm]`` along its first axis (through a reshape that
+    keeps its shape), ``perm`` a permutation of x's rows, read nowhere else; else None."""
+    eqn = producers.get(v.id)
+    if eqn is not None and eqn.prim is reshape and type(eqn.args[0]) is Var and eqn.args[0].shape == v.shape \
+            and counts.get(v.id) == 1:
+        v = eqn.args[0]
+        eqn = producers.get(v.id)
+    if eqn is None or eqn.prim is not getitem or type(eqn.args[0]) is not Var or counts.get(v.id) != 1:
+        return None
+    index = eqn.params["index"]
+    perm = index[0] if type(index) is tuple and len(index) == 1 else index
+    x = eqn.args[0]
+    if type(perm) is not np.ndarray or perm.ndim != 1 or x.shape != v.shape \
+            or not np.array_equal(np.sort(perm), np.arange(len(perm))):
+        return None
+    return x, perm
+
+
+def _scatters_in_lane_order(program):
+    """A scatter of one class's results taken in another order (``grid_add(zeros, r[perm])``: a
+    loop ran ``z[t, b]`` b outer, the class was ordered by memory, see ``_Emitter._memory_order``)
+    scatters ``r`` itself at the positions permuted back: no gather, and a scatter that is then
+    in order (a reshape, see _rewrite's ``_scatter_is_view``)."""
+    producers, counts = producers_of(program), use_counts(program.eqns, program.outputs)
+    out, changed = [], False
+    for eqn in program.eqns:
+        if eqn.prim is GRID_ADD and type(eqn.args[1]) is Var and eqn.params["plan"].lane == 0:
+            found = _permutation_read(eqn.args[1], producers, counts)
+            plan = eqn.params["plan"]
+            if found is not None:
+                x, perm = found
+                back = np.argsort(perm)
+                new = _grid_add_plan(plan.offset, plan.positions, [c[back] for c in plan.columns],
+                                     eqn.args[0].shape, 0)
+                if new is not None:
+                    eqn = _eqn(GRID_ADD, (eqn.args[0], x), {"plan": new}, eqn.outs, eqn.source)
+                    changed = True
+        out.append(eqn)
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
 
 
 # --- 5. cotangents of gathered rows: sums of products over the grid, as matmuls --------------------
