@@ -363,6 +363,54 @@ def test_a_loop_run_out_of_memory_order_gives_the_program_of_the_loop_in_order()
     fd_check(lambda bm: f(Wm, bm, xs, Hs, wts), (bm,))
 
 
+def test_a_lane_product_read_in_parts_through_views_is_computed_per_part():
+    # seed 001 written one row per step, np.sum(ys[0] * y, axis=0): the backward's lane products
+    # g[t] * ys[0] and g[t] * ys[t] are one class of 2T - 1 members, which would gather both
+    # operands; read as two sums, each part reads them through views (g's rows in order, ys[0]
+    # for every lane) and is computed on its own: no lane product of 2T - 1 rows, no gather of one
+    T = 40   # 2T - 1 lanes: above the size narrow_lanes works from
+    Wm, bm, xs, Hs, wts = _seed_001_inputs(4, T=T, B=3)
+    f = workloads.w2_loop_forms_code(wnp, wg.Buffer, at=wg.at)["rows per step"]
+    value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(Wm, bm, xs, Hs, wts), (value, grads), rtol=1e-9)
+    lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=3)
+    assert not [e for e in lowered.program.eqns if e.outs[0].shape[:1] == (2 * T - 1,)]
+    fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
+    fd_check(lambda bm: f(Wm, bm, xs, Hs, wts), (bm,))
+
+
+def test_narrow_lanes_splits_a_product_read_in_parts_only_where_the_parts_read_views():
+    from wengert.primitives import elementwise as E
+    from wengert.primitives.shape import getitem
+    from wengert.transforms._ir import Program, Var
+    n, w = 40, 3
+    f64 = np.dtype(np.float64)
+    x, y = Var(0, (n, w), f64), Var(1, (n, w), f64)
+    lanes = 2 * n - 1   # y[0] * x[0], then y[0] * x[t] and y[t] * x[t] for t >= 1
+    rx = np.r_[0, np.repeat(np.arange(1, n), 2)]
+    ry = np.r_[0, np.ravel(np.stack([np.zeros(n - 1, int), np.arange(1, n)], axis=1))]
+    xv_, yv_, prod = Var(2, (lanes, w), f64), Var(3, (lanes, w), f64), Var(4, (lanes, w), f64)
+    even, odd = Var(5, (n, w), f64), Var(6, (n - 1, w), f64)
+    program = Program([x, y], [
+        _vectorize._eqn(getitem, (x,), {"index": (rx,)}, (xv_,), None),
+        _vectorize._eqn(getitem, (y,), {"index": (ry,)}, (yv_,), None),
+        _vectorize._eqn(E.multiply, (xv_, yv_), {}, (prod,), None),
+        _vectorize._eqn(getitem, (prod,), {"index": (slice(0, lanes, 2),)}, (even,), None),   # y[t] * x[t]
+        _vectorize._eqn(getitem, (prod,), {"index": (slice(1, lanes, 2),)}, (odd,), None)],   # y[0] * x[t], t >= 1
+        [even, odd])
+    split = _vectorize.narrow_lanes(program, _vectorize._Fresh(program))
+    assert [e.outs[0].shape for e in split.eqns if e.prim is E.multiply] == [(n, w), (n - 1, w)]
+    assert not [e for e in split.eqns if e.prim is getitem and any(type(i) is np.ndarray for i in e.params["index"])]
+    xv, yv = rng.normal(size=(n, w)), rng.normal(size=(n, w))
+    got = _run(split)(xv, yv)
+    np.testing.assert_array_equal(got[0], yv * xv)
+    np.testing.assert_array_equal(got[1], yv[0] * xv[1:])
+    # read whole by one reader: left as it is
+    whole = Program([x, y], program.eqns[:3], [prod])
+    assert _vectorize.narrow_lanes(whole, _vectorize._Fresh(whole)) is whole
+
+
 def test_a_loop_whose_body_differs_in_one_iteration():
     x = rng.normal(size=(4, N))
 

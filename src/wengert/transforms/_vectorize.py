@@ -2152,8 +2152,12 @@ def scatters_into_zeros_as_views(program):
 # (65408, 32) lane product of which 32768 rows are read. An elementwise equation whose every reader
 # reads rows along its first axis computes only the rows read: its lane operands read at those rows
 # (the reads composed with the reads that made them: often every row of a smaller array, no copy).
+# One class can also hold two computations of one signature (W2 one row per step: the backward's
+# ``g[t] * ys[0]`` and ``g[t] * ys[t]``, 511 lanes whose operands are gathered), each read by its
+# own readers: where every such part reads the operands through views, the parts are computed apart.
 NARROW_MIN = 64          # lanes: below this the index bookkeeping costs more than the rows saved
 NARROW_FRACTION = 0.75   # narrowed when at most this share of the rows is read
+MAX_PARTS = 4            # a product read in more parts than this stays one product
 
 
 def _row_index(eqn):
@@ -2194,12 +2198,95 @@ def _rows_of(v, rows, producers, made, fresh, source):
         out = fresh((len(rows), 1), v.dtype)
         made.append(_eqn(reshape, (inner,), {"shape": out.shape}, (out,), source))
         return out
+    x = _lane_broadcast(eqn)
+    if x is not None:   # rows of a broadcast: the broadcast of the rows (of the one row) of its operand
+        inner = x if x.shape[0] == 1 else _rows_of(x, rows, producers, made, fresh, source)
+        out = fresh((len(rows),) + v.shape[1:], v.dtype)
+        made.append(_eqn(broadcast_to, (inner,), {"shape": out.shape}, (out,), source))
+        return out
     base, through = _lane_rows(v, producers, v.shape[0], ndim=len(v.shape))
     if base is not v:
         return _rows_of(base, through[rows], producers, made, fresh, source)
     out = fresh((len(rows),) + v.shape[1:], v.dtype)
+    if len(rows) > 1 and np.all(rows == rows[0]):   # one row, read by every lane: a broadcast view
+        row = fresh((1,) + v.shape[1:], v.dtype)
+        made.append(_eqn(getitem, (v,), {"index": (slice(int(rows[0]), int(rows[0]) + 1),)}, (row,), source))
+        made.append(_eqn(broadcast_to, (row,), {"shape": out.shape}, (out,), source))
+        return out
     made.append(_eqn(getitem, (v,), {"index": (_rows_literal(rows),)}, (out,), source))
     return out
+
+
+def _source_rows(v, rows, producers):
+    """The array, and its rows, that ``v[rows]`` reads through the row reads and column reshapes
+    that made ``v``."""
+    while True:
+        eqn = producers.get(v.id)
+        if eqn is not None and eqn.prim is reshape and type(eqn.args[0]) is Var and len(v.shape) == 2 \
+                and v.shape[1] == 1 and eqn.args[0].shape == v.shape[:1]:
+            v = eqn.args[0]
+            continue
+        x = _lane_broadcast(eqn)
+        if x is not None:
+            v, rows = x, (rows if x.shape[0] > 1 else np.zeros_like(rows))
+            continue
+        base, through = _lane_rows(v, producers, v.shape[0], ndim=len(v.shape))
+        if base is v:
+            break
+        v, rows = base, through[rows]
+    return v, rows
+
+
+def _lane_broadcast(eqn):
+    """The operand of ``eqn`` when it is a ``broadcast_to`` that keeps the operand's axes and its
+    lanes (or broadcasts one lane to all), else None."""
+    if eqn is None or eqn.prim is not broadcast_to or len(eqn.args) != 1 or type(eqn.args[0]) is not Var:
+        return None
+    x, shape = eqn.args[0], eqn.outs[0].shape
+    return x if len(x.shape) == len(shape) and x.shape[0] in (1, shape[0]) else None
+
+
+def _viewed_rows(eqn, rows, producers):
+    """Whether every lane operand of ``eqn`` is read at ``rows`` through a view: rows in a
+    progression, or one row for every lane, of the array they come from."""
+    n = eqn.outs[0].shape[0]
+    for a in eqn.args:
+        if type(a) is Var and len(a.shape) == len(eqn.outs[0].shape) and a.shape[0] == n:
+            got = _source_rows(a, rows, producers)[1]
+            if len(got) > 1 and _progression(got) is None and not np.all(got == got[0]):
+                return False
+    return True
+
+
+def _narrowed(eqn, used, producers, fresh):
+    """``eqn`` computed at the rows ``used`` only: (the equations, its result)."""
+    out, n = eqn.outs[0], eqn.outs[0].shape[0]
+    made, args = [], []
+    for a in eqn.args:
+        if type(a) is Var and len(a.shape) == len(out.shape) and a.shape[0] == n and n > 1:
+            args.append(_rows_of(a, used, producers, made, fresh, eqn.source))
+        elif type(a) is np.ndarray and a.ndim == len(out.shape) and a.shape[0] == n and n > 1:
+            args.append(a[used])
+        else:
+            args.append(a)
+    narrow = fresh((len(used),) + out.shape[1:], out.dtype)
+    made.append(_eqn(eqn.prim, tuple(args), {}, (narrow,), eqn.source))
+    return made, narrow
+
+
+def _parts_by_reader(reads):
+    """The rows of a lane product as its readers read them, in parts (the distinct rows of the
+    readers that read the same rows), or None: two parts share a row, there is one part, or more
+    than ``MAX_PARTS``, or a part of fewer than ``MIN_GROUP`` rows (single rows read one by one
+    stay reads of one product)."""
+    parts = {}
+    for j, (rows, keeps) in reads:
+        parts.setdefault(rows.tobytes(), (np.unique(rows), []))[1].append((j, (rows, keeps)))
+    parts = list(parts.values())
+    if not 2 <= len(parts) <= MAX_PARTS or min(len(u) for u, _ in parts) < MIN_GROUP \
+            or sum(len(u) for u, _ in parts) != len(np.unique(np.concatenate([u for u, _ in parts]))):
+        return None
+    return parts
 
 
 def narrow_lanes(program, fresh):
@@ -2232,25 +2319,26 @@ def narrow_lanes(program, fresh):
             if not reads:
                 continue
             used = np.unique(np.concatenate([rows for _, (rows, _) in reads]))
-            if len(used) > NARROW_FRACTION * n:
-                continue
-            made, args = [], []
-            for a in eqn.args:
-                if type(a) is Var and len(a.shape) == len(out.shape) and a.shape[0] == n and n > 1:
-                    args.append(_rows_of(a, used, producers, made, fresh, eqn.source))
-                elif type(a) is np.ndarray and a.ndim == len(out.shape) and a.shape[0] == n and n > 1:
-                    args.append(a[used])
-                else:
-                    args.append(a)
-            narrow = fresh((len(used),) + out.shape[1:], out.dtype)
-            made.append(_eqn(prim, tuple(args), {}, (narrow,), eqn.source))
-            replace[k] = made
-            position = np.full(n, -1, np.intp)
-            position[used] = np.arange(len(used))
-            for j, (rows, keeps) in reads:
-                r = program.eqns[j]
-                index = (_rows_literal(position[rows]),) if keeps else int(position[rows[0]])
-                replace[j] = [_eqn(getitem, (narrow,), {"index": index}, r.outs, r.source)]
+            if len(used) <= NARROW_FRACTION * n:
+                parts = [(used, reads)]
+            else:
+                # read in parts that each read their operands through views, where the whole
+                # product gathers them (W2 one row per step: its backward's 511 lane products
+                # gt * y0 and gt * yt, read as two sums): each part computed on its own
+                parts = _parts_by_reader(reads)
+                if parts is None or _viewed_rows(eqn, np.arange(n), producers) \
+                        or not all(_viewed_rows(eqn, part, producers) for part, _ in parts):
+                    continue
+            replace[k] = []
+            for part, part_reads in parts:
+                made, narrow = _narrowed(eqn, part, producers, fresh)
+                replace[k].extend(made)
+                position = np.full(n, -1, np.intp)
+                position[part] = np.arange(len(part))
+                for j, (rows, keeps) in part_reads:
+                    r = program.eqns[j]
+                    index = (_rows_literal(position[rows]),) if keeps else int(position[rows[0]])
+                    replace[j] = [_eqn(getitem, (narrow,), {"index": index}, r.outs, r.source)]
     if not replace:
         return program
     eqns = []
