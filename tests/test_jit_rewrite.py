@@ -1220,3 +1220,33 @@ def test_an_einsum_of_repeated_rows_splits_the_lane_axis(repeat):
     assert bool(re.search(r"= v\d+\[c\d+,?\]", text)) == (repeat == "a permutation"), text
     fd_check(f, (x, y), 0)
     fd_check(f, (x, y), 1)
+
+
+def test_a_transpose_read_by_matrix_products_batched_over_its_unit_stride_axis_is_copied_once():
+    """``tanh(x).T`` read by two batched matrix products (the forward's and y's cotangent) whose batch
+    index is its unit-stride axis is copied once in C order, and both read the copy (each item's
+    matrix then has a unit stride, as BLAS needs). One such product alone (the forward by itself),
+    or a transpose whose unit-stride axis is no batch, keeps the view. Values and gradients equal
+    eager's and finite differences."""
+    x, y = rng.standard_normal((32, 16, 16)), rng.standard_normal((16, 32, 8))
+    w = rng.standard_normal((16, 16, 8))
+
+    def f(x, y, w):
+        return wnp.sum(wnp.sin(wnp.einsum("knw,kwj->knj", wnp.transpose(wnp.tanh(x)), y)) * w)
+
+    got, want, text, _ = staged(f, x, y, w, argnums=(0, 1))
+    assert_trees_close(got, want)
+    (copy,) = re.findall(r"(v\d+) = ascontiguousarray\(", text)
+    readers = [line for line in text.splitlines() if re.search(r"= einsum\(", line) and re.search(rf"\b{copy}\b", line)]
+    assert len(readers) == 2, text
+    assert calls(wg.jit(f).lower(x, y, w).as_text(), "ascontiguousarray") == 0
+    fd_check(f, (x, y, w), 0)
+    fd_check(f, (x, y, w), 1)
+
+    def other_axis(x, y, w):   # the batch is x's first axis, not its unit-stride one
+        return wnp.sum(wnp.sin(wnp.einsum("knw,kwj->knj", wnp.transpose(wnp.tanh(x), (0, 2, 1)), y[:, :16])) * w)
+
+    x = rng.standard_normal((16, 16, 16))
+    got, want, text, _ = staged(other_axis, x, y, w, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "ascontiguousarray") == 0
