@@ -215,7 +215,7 @@ def _compare(op):
 def _shape(self):
     value = self.value
     t = type(value)
-    shape = value.shape if t is Tracer or t is np.ndarray else np.shape(value)
+    shape = value.shape if t is Tracer or t is np.ndarray or isinstance(value, np.generic) else np.shape(value)
     hidden = self._trace.hidden_axes
     return shape[hidden:] if hidden else shape  # at a vmap level: one example's shape
 

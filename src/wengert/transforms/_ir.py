@@ -85,10 +85,24 @@ def renamed(eqn, rename):
     """``eqn`` reading through ``rename`` (id -> Var): itself when it reads none of the renamed Vars."""
     for v in eqn.uses:
         if v.id in rename:
-            return Eqn(eqn.prim, substitute(eqn.args, rename),
-                       {k: substitute(p, rename) for k, p in eqn.params.items()},
-                       eqn.outs, tuple([rename.get(u.id, u) for u in eqn.uses]), eqn.source)
+            return _renamed(eqn, rename)
     return eqn
+
+
+def _renamed(eqn, rename):
+    """``eqn`` reading through ``rename``, which renames one of its Vars. Where every Var it reads
+    is an operand itself (``uses`` lists every Var read, so its parameters then hold none), only
+    the operands change and the parameters are shared."""
+    args, uses = eqn.args, eqn.uses
+    if len(uses) == len(args):
+        for a in args:
+            if type(a) is not Var:
+                break
+        else:
+            args = tuple([rename.get(a.id, a) for a in args])
+            return Eqn(eqn.prim, args, eqn.params, eqn.outs, args, eqn.source)
+    return Eqn(eqn.prim, substitute(args, rename), {k: substitute(p, rename) for k, p in eqn.params.items()},
+               eqn.outs, tuple([rename.get(u.id, u) for u in uses]), eqn.source)
 
 
 # --- passes --------------------------------------------------------------------------------------
@@ -204,12 +218,12 @@ def cse(program, multiply=None):
         if rename:
             for v in eqn.uses:
                 if v.id in rename:
-                    eqn = renamed(eqn, rename)
+                    eqn = _renamed(eqn, rename)
                     break
         prim = eqn.prim
         args = eqn.args
         params = eqn.params
-        if prim is multiply and not params and len(args) == 2:
+        if prim is multiply and not params and len(args) == 2 and (type(args[0]) is not Var or type(args[1]) is not Var):
             x = _identity_operand(eqn, returned)
             if x is not None:
                 rename[eqn.outs[0].id] = x
@@ -224,9 +238,8 @@ def cse(program, multiply=None):
         except _Unhashable:
             append(eqn)
             continue
-        first = seen.get(key)
-        if first is None:
-            seen[key] = eqn
+        first = seen.setdefault(key, eqn)   # one hash of the key (tuples do not keep theirs)
+        if first is eqn:
             append(eqn)
         else:
             for o, f in zip(eqn.outs, first.outs):

@@ -65,6 +65,7 @@ SMALL_RESULT = 1024   # elements
 _ID = operator.attrgetter("id")
 _USES = operator.attrgetter("uses")
 _ARGS = operator.attrgetter("args")
+_OUTS = operator.attrgetter("outs")
 
 
 class _Unkeyed(Exception):
@@ -75,11 +76,8 @@ class _Fresh:
     """New variables, numbered after every variable of the program."""
 
     def __init__(self, program):
-        top = max((v.id for v in program.inputs), default=-1)
-        for eqn in program.eqns:
-            for o in eqn.outs:
-                if o.id > top:
-                    top = o.id
+        top = max(map(_ID, itertools.chain(program.inputs, itertools.chain.from_iterable(map(_OUTS, program.eqns)))),
+                  default=-1)
         self.next = top + 1
 
     def __call__(self, shape, dtype):
@@ -173,7 +171,7 @@ def _same_index(a, b):
 
 
 def _pattern(idx):
-    return tuple((i.start, i.stop, i.step) if type(i) is slice else "new" if i is None else "int" for i in idx)
+    return tuple([(i.start, i.stop, i.step) if type(i) is slice else "new" if i is None else "int" for i in idx])
 
 
 def _lane_axis(idx):
@@ -328,7 +326,7 @@ def _collapse_writes(eqns, outputs, fresh):
         base = eqn.args[0]
         if type(base) is Var or type(base) is np.ndarray:
             idx = _const_index(eqn.params["index"], base.shape, new_axes=eqn.prim is index_add)
-            if idx is not None and (None in idx) + any(type(i) is int for i in idx) == 1:
+            if idx is not None and (None in idx) + (int in map(type, idx)) == 1:
                 links[k] = idx  # ints (one element or block per write) or, adding, the same block each time
                 patterns[k] = _pattern(idx)
                 states.append(eqn.outs[0].id)
@@ -678,6 +676,7 @@ class _Signatures:
         self.ids = {}
         self.slices = {}   # (start, stop, step) of ints and Nones -> the slice's key
         self.eqns, self.sigs, self.depths = [], [], []
+        self.out_ids = []   # each equation's (first) result's id
 
     def operand(self, x, param=False):
         """The key of an operand; arrays by shape and dtype (members' differing values are stacked),
@@ -732,8 +731,11 @@ class _Signatures:
             params = eqn.params
             if eqn.prim is getitem:
                 pkey = self.index(params["index"])
+            elif params:   # operand(v, True), with its commonest cases (ints, bools, strings, None) inline
+                pkey = tuple([(name, (t, v) if (t := type(v)) is int or t is bool or t is str or v is None
+                               else self.operand(v, True)) for name, v in params.items()])
             else:
-                pkey = tuple([(name, self.operand(v, True)) for name, v in params.items()]) if params else ()
+                pkey = ()
             key = (eqn.prim, pkey, tuple([keys[a.id] if type(a) is Var else self.operand(a) for a in eqn.args]))
         except _Unkeyed:
             key = ("eqn", k)
@@ -744,27 +746,47 @@ class _Signatures:
             if d > depth:
                 depth = d
         depth += 1
-        for i, o in enumerate(eqn.outs):
-            self.key[o.id] = ("sig", sig, i)
-            self.depth[o.id] = depth
+        outs = eqn.outs
+        if len(outs) == 1:
+            i = outs[0].id
+            keys[i] = ("sig", sig, 0)
+            depths[i] = depth
+        else:
+            for i, o in enumerate(outs):
+                keys[o.id] = ("sig", sig, i)
+                depths[o.id] = depth
+            i = outs[0].id
+        self.out_ids.append(i)
         self.sigs.append(sig)
         self.depths.append(depth)
 
 
 def _sums(eqns, outputs):
     """The ``add`` equations that are inner nodes of a larger sum: used once, by an add of the same
-    shape and dtype (floating point)."""
-    adds = {eqn.outs[0].id for eqn in eqns if eqn.prim is add}
-    count, user = _uses_of(eqns, outputs, adds)
-    inner = {}
+    shape and dtype (floating point). One walk: an add's uses all come after it."""
+    count, user = {}, {}   # for each add's result: how often it is used (an output counts twice), its last user
+    adds = []
     for k, eqn in enumerate(eqns):
-        if eqn.prim is add and not eqn.params and eqn.outs[0].dtype.kind in "fc":
-            o = eqn.outs[0]
-            if count.get(o.id) == 1:
-                parent = eqns[user[o.id]]
-                p = parent.outs[0]
-                if parent.prim is add and not parent.params and p.shape == o.shape and p.dtype == o.dtype:
-                    inner[o.id] = k
+        for v in eqn.uses:
+            i = v.id
+            if i in count:
+                count[i] += 1
+                user[i] = k
+        if eqn.prim is add:
+            count[eqn.outs[0].id] = 0
+            if not eqn.params and eqn.outs[0].dtype.kind in "fc":
+                adds.append(k)
+    for v in outputs:
+        if type(v) is Var and v.id in count:
+            count[v.id] += 2
+    inner = {}
+    for k in adds:
+        o = eqns[k].outs[0]
+        if count[o.id] == 1:
+            parent = eqns[user[o.id]]
+            p = parent.outs[0]
+            if parent.prim is add and not parent.params and p.shape == o.shape and p.dtype == o.dtype:
+                inner[o.id] = k
     return inner
 
 
@@ -882,7 +904,8 @@ class _Emitter:
             self.need(v)
         self.out.append(eqn)
 
-    def group(self, gid, members):
+    def group(self, gid, members, ids):
+        """Batch the class ``gid`` of ``members``, whose results' ids are the array ``ids``."""
         made = []
         columns = list(zip(*map(_ARGS, members)))   # the members' q-th operands, for each q
         found = {}   # q -> _positions of columns[q], computed once for _oriented and _batch
@@ -893,6 +916,7 @@ class _Emitter:
             members = [members[k] for k in order.tolist()]
             columns = [[c[k] for k in order.tolist()] for c in columns]
             found = {q: (f if f is None else (f[0], f[1][order])) for q, f in found.items()}
+            ids = ids[order]
         result = self._batch(members, columns, found, made)
         if result is None:
             for eqn in members:
@@ -903,9 +927,8 @@ class _Emitter:
             if eqn.prim is stack and eqn.params.get("axis") == 0 and all(type(a) is Var for a in eqn.args):
                 self.stacks.setdefault(tuple(a.id for a in eqn.args), eqn.outs[0])
         self.batched[gid] = result
-        ids = [eqn.outs[0].id for eqn in members]
         n = len(ids)
-        self.member.update(zip(ids, zip(itertools.repeat(gid, n), range(n))))
+        self.member.update(zip(ids.tolist(), zip(itertools.repeat(gid, n), range(n))))
         self.class_of[ids] = gid
         self.position_of[ids] = np.arange(n)
 
@@ -1267,6 +1290,8 @@ def vectorize(program, trace_type, stats=None, cut=None):
     sizes = np.diff(np.r_[starts, n])
     group_of = np.full(n, -1, np.intp)
     groups = []
+    out_ids = np.array(sigs.out_ids, np.intp)
+    results = []   # each class's members' result ids
     for start, size in zip(starts[sizes >= MIN_GROUP_SMALL].tolist(), sizes[sizes >= MIN_GROUP_SMALL].tolist()):
         first = eqns[by_sig[start]]
         small = all(int(np.prod(o.shape)) <= SMALL_RESULT for o in first.outs)
@@ -1274,6 +1299,7 @@ def vectorize(program, trace_type, stats=None, cut=None):
             members = by_sig[start:start + size]
             group_of[members] = len(groups)
             groups.append(members.tolist())
+            results.append(out_ids[members])
     result = program
     if groups:
         # each equation not batched, and the first member of each class, by depth then position
@@ -1288,7 +1314,7 @@ def vectorize(program, trace_type, stats=None, cut=None):
             if gid < 0:
                 emit.single(eqns[k])
             else:
-                emit.group(gid, [eqns[j] for j in groups[gid]])
+                emit.group(gid, [eqns[j] for j in groups[gid]], results[gid])
         for v in program.outputs:
             if type(v) is Var:
                 emit.need(v)

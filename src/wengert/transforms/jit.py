@@ -240,9 +240,9 @@ class StagingTrace(Trace):
         same values, written into an operand's sample that nothing else reads: see ``write``)."""
         variables = self.vars
         pending = self.pending
-        uses = []
         operands = []
         values = []
+        uses = None   # the Vars read: ``operands`` itself while every operand so far is one
         for a in args:
             t = type(a)
             if t is Tracer and a._trace is self:
@@ -250,10 +250,14 @@ class StagingTrace(Trace):
                     var = self._read_pending(prim, a, args, params, not operands)
                 else:
                     var = variables[a.index]
-                uses.append(var)
+                if uses is not None:
+                    uses.append(var)
                 operands.append(var)
                 values.append(a.value)
-            elif t is Tracer or t is tuple or t is list or t is slice:
+                continue
+            if uses is None:
+                uses = list(operands)
+            if t is Tracer or t is tuple or t is list or t is slice:
                 op, val = self._split(a, uses)
                 operands.append(op)
                 values.append(val)
@@ -265,15 +269,19 @@ class StagingTrace(Trace):
             for k, v in params.items():
                 t = type(v)
                 if t is Tracer or (t is tuple or t is list) and _holds_tracer(v):  # else: a constant
+                    if uses is None:
+                        uses = list(operands)
                     op, val = self._split(v, uses)
                     if p_ops is params:
                         p_ops, p_vals = dict(params), dict(params)
                     p_ops[k], p_vals[k] = op, val
-            if prim is getitem and len(uses) > 1:
+            if prim is getitem and uses is not None and len(uses) > 1:
                 _refuse_value_dependent_shape(p_ops["index"])
             ans = (prim.impl if impl is None else impl)(*values, **p_vals)
         else:
             ans = (prim.impl if impl is None else impl)(*values)
+        operands = tuple(operands)
+        uses = operands if uses is None else tuple(uses)
         if prim.multiple_results or type(ans) is tuple and _NONDIFF_PRIMS.get((prim.impl, False)) is prim:
             if not prim.multiple_results:
                 prim = _nondiff_primitive(prim.impl, multiple_results=True)  # np.histogram: (counts, edges)
@@ -297,7 +305,7 @@ class StagingTrace(Trace):
                 sources[o.id] = source
         else:
             source = None
-        self.eqns.append(_ir.Eqn(prim, tuple(operands), p_ops, outs, tuple(uses), source))
+        self.eqns.append(_ir.Eqn(prim, operands, p_ops, outs, uses, source))
         return result
 
     # -- in-place writes (functional in the program) --
