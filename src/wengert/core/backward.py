@@ -317,7 +317,7 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                             continue
                     elif kind is _ndarray and type(old) is _ndarray:
                         try:
-                            np.add(old, c, out=old)
+                            old += c   # np.add(old, c, out=old) without the call's lookups and keyword
                             continue
                         except TypeError:   # a complex contribution into a real buffer: accumulate's
                             pass

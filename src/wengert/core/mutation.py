@@ -201,6 +201,8 @@ def _calibrate():
 
 _HELD_ONCE = _calibrate()
 _getrefcount = sys.getrefcount
+_ndarray = np.ndarray
+_generic = np.generic
 
 
 def write_in_place(x, index, value, write_prim):
@@ -232,7 +234,7 @@ def setitem_method(clean_index, write_prim):
             index = clean_index(index)
         trace = x._trace
         array = x.value
-        if type(array) is np.ndarray and array.base is None and _getrefcount(array) == _HELD_ONCE \
+        if type(array) is _ndarray and array.base is None and _getrefcount(array) == _HELD_ONCE \
                 and trace.alive and not trace.computes and trace.observe is None:
             # Only x holds this memory (the one more reference is ``array`` above; ``_references``
             # counts the same way): no view of it exists and no tape entry kept it, so the write can
@@ -243,7 +245,7 @@ def setitem_method(clean_index, write_prim):
             kind = type(plain_value)
             if kind is not Tracer:
                 array[index] = plain_value
-                shape = plain_value.shape if kind is np.ndarray or isinstance(plain_value, np.generic) \
+                shape = plain_value.shape if kind is _ndarray or isinstance(plain_value, _generic) \
                     else np.shape(plain_value)
                 tape = trace.tape
                 last = len(tape)

@@ -298,8 +298,11 @@ def _record_plain_product(prim, a, b, va, vb):
     out.value = ans
     out._trace = trace
     out.index = len(tape)
-    tape.append((prim, [va, vb], ans if plan[0] else None, {}, ((0, a.index), (1, b.index))))
+    tape.append((prim, [va, vb], ans if plan[0] else None, _NO_PARAMS, ((0, a.index), (1, b.index))))
     return out
+
+
+_NO_PARAMS = {}   # the params of every product _record_plain_product records (entries' params are never changed)
 
 
 def dot(a, b, out=None):

@@ -45,6 +45,7 @@ def build_dispatch_tables(namespace, numpy_module, prefix=""):
 
 
 _new = object.__new__   # a tracer without __init__ (as core's make_tracer builds one)
+_ndarray = np.ndarray
 
 
 def clean_index(index):
@@ -79,7 +80,7 @@ def _getitem(self, index):
     tape = trace.tape
     # the rule reads only the parent's shape and dtype: a large parent is not kept alive for it, and
     # its Metadata is made once per parent tracer (``aux``, unused on a tape's tracers), not per read
-    if type(value) is np.ndarray and value.size > SMALL:
+    if type(value) is _ndarray and value.size > SMALL:
         kept = getattr(self, "aux", None)
         if kept is None:
             kept = self.aux = Metadata(value)
