@@ -145,3 +145,13 @@ def test_dask_fit_quick(tmp_path):
             losses = r[who]["losses"]
             assert len(losses) == 2 and losses[-1] < losses[0]
             assert r[who]["peak_mb"] > r[who]["base_mb"] > 0
+
+
+def test_einsum_layouts_benchmark_runs_and_checks_its_values():
+    """benchmarks/einsum_layouts.py checks the primitive's value against np.einsum for every layout
+    before timing it (an AssertionError otherwise)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "einsum_layouts.py"), "--quick"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith("2, 3, 4")]
+    assert {r[4] for r in rows} == {"first", "transposed", "last", "broadcast"} and len(rows) == 8, proc.stdout

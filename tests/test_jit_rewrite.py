@@ -1023,24 +1023,26 @@ def test_sums_over_the_rows_of_a_columns_view_sum_the_columns_in_place():
 
 
 def test_einsums_that_run_numpys_loop_are_numpys_einsum_and_blas_contractions_stay():
-    """A batched contraction of many items (opt_einsum plans it as one einsum step) and a small one
-    are written as ``np.einsum``; a matrix product written as an einsum (a BLAS call) stays with the
-    primitive. Values and gradients equal eager's."""
+    """A small contraction is written as ``np.einsum``; a matrix product written as an einsum (a BLAS
+    call) stays with the primitive, and so does a batched contraction of many items, whose choice
+    between np.matmul and einsum's loop the primitive makes per call on the operands' layout. Values
+    and gradients equal eager's."""
     a = rng.standard_normal((80, 6, 5))
     b = rng.standard_normal((80, 7, 5))
     m = rng.standard_normal((30, 8, 5))
     n = rng.standard_normal((8, 5, 20))
 
     def f(a, b, m, n):
-        d = wnp.einsum("bik,bjk->bij", a, b)                     # 80 items: NumPy's loop
+        d = wnp.einsum("bik,bjk->bij", a, b)                     # 80 items: matmul or NumPy's loop, per call
         s = wnp.einsum("ij,i->j", wnp.tanh(a[0]), wnp.cos(a[1, :, 0]))   # small: NumPy's loop
         p = wnp.einsum("ijk,jkl->il", m, n)                      # a matrix product: BLAS
         return wnp.sum(wnp.sin(d)) + wnp.sum(s * s) + wnp.sum(wnp.tanh(p))
 
     got, want, text, plain = staged(f, a, b, m, n, argnums=(0, 1, 2, 3))
     assert_trees_close(got, want)
-    assert calls(text, "np_einsum") >= 4 and calls(plain, "np_einsum") == 0, text
-    assert re.search(r"np_einsum\('bik,bjk->bij', x0, x1\)", text), text
+    assert calls(text, "np_einsum") >= 2 and calls(plain, "np_einsum") == 0, text
+    assert re.search(r"np_einsum\('ij,i->j', \w+, \w+\)", text), text
+    assert re.search(r"= einsum\(x0, x1, subscripts='bik,bjk->bij'\)", text), text
     assert re.search(r"= einsum\(x2, x3, subscripts='ijk,jkl->il'\)", text), text
 
 

@@ -19,7 +19,7 @@ import pytest
 
 import wengert as wg
 import wengert.numpy as wnp
-from wengert.primitives.contractions import _contraction
+from wengert.primitives.contractions import _MATMUL_MAX_ITEMS, _blas_items, _contraction
 
 
 # --- arguments: a shape and a domain ------------------------------------------------------------
@@ -1079,3 +1079,56 @@ def test_large_batched_einsums_in_the_table_take_the_matmul_path():
     for subscripts, shapes in EINSUMS[-2:]:
         plan = _contraction(subscripts, tuple(shapes))
         assert plan.__name__ == "contract", (subscripts, plan)
+
+
+def _einsum_layouts(a, b):
+    """``a`` (n, r, i) and ``b`` (n, i, c) laid out five ways, each pair holding the same values but
+    the broadcast one: (name, a, b, can BLAS take each item of both as it lies)."""
+    def batch_last(x):
+        return np.ascontiguousarray(np.moveaxis(x, 0, -1)).transpose(2, 0, 1)
+
+    def transposed(x):
+        return np.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)
+    wide = np.zeros(a.shape[:2] + (2 * a.shape[2],))
+    wide[:, :, ::2] = a
+    return [("contiguous", a, b, True), ("transposed", transposed(a), transposed(b), True),
+            ("batch-last", batch_last(a), batch_last(b), False),
+            ("broadcast", np.broadcast_to(a[:1], a.shape), b, True),
+            ("every other column", wide[:, :, ::2], b, False)]
+
+
+@pytest.mark.parametrize("n", [6, _MATMUL_MAX_ITEMS + 6])
+def test_batched_einsum_takes_matmul_or_einsums_loop_by_layout_with_the_same_values(n):
+    """Past _MATMUL_MAX_ITEMS items the einsum primitive picks np.matmul where BLAS takes each item's
+    matrices as they lie and einsum's loop elsewhere: both give NumPy's einsum, and so do the
+    gradients (against the contraction written out), in float64, for every layout."""
+    r, i, c = 8, 16, 12   # past _SMALL_CONTRACTION at 6 items: the batched plan
+    rng = np.random.default_rng(11)
+    a0, b0 = rng.standard_normal((n, r, i)), rng.standard_normal((n, i, c))
+    g = rng.standard_normal((n, r, c))
+    plan = _contraction("nri,nic->nrc", ((n, r, i), (n, i, c)))
+    assert plan.__name__ == "contract"
+    for name, a, b, blas in _einsum_layouts(a0, b0):
+        assert (_blas_items(a, 1, 1, r, i) and _blas_items(b, 1, 1, i, c)) == blas, name
+        np.testing.assert_allclose(plan(a, b), np.einsum("nri,nic->nrc", a, b), rtol=1e-13, atol=1e-13)
+        out, vjp = wg.vjp(lambda x, y: wnp.einsum("nri,nic->nrc", x, y), a, b)
+        np.testing.assert_allclose(out, np.einsum("nri,nic->nrc", a, b), rtol=1e-13, atol=1e-13)
+        ga, gb = vjp(g)
+        np.testing.assert_allclose(ga, np.einsum("nrc,nic->nri", g, b), rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(gb, np.einsum("nrc,nri->nic", g, a), rtol=1e-13, atol=1e-13)
+
+
+def test_batched_einsum_layouts_with_several_letters_per_group():
+    """Two batch letters, two free letters of one operand: a view that merges them goes to matmul,
+    one that cannot be merged without a copy to einsum's loop; the values agree in float64."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((8, 12, 2, 3, 5))   # batch (8, 12), rows (2, 3), inner 5
+    y = rng.standard_normal((8, 12, 5, 4))
+    plan = _contraction("pqrsi,pqic->pqrsc", (x.shape, y.shape))
+    assert _blas_items(x, 2, 2, 6, 5) and _blas_items(y, 2, 1, 5, 4)
+    swapped = np.ascontiguousarray(x.transpose(1, 0, 2, 3, 4)).transpose(1, 0, 2, 3, 4)   # batch axes not one stride
+    assert not _blas_items(swapped, 2, 2, 6, 5)
+    rows_split = np.ascontiguousarray(x.transpose(0, 1, 3, 2, 4)).transpose(0, 1, 3, 2, 4)   # rows not one stride
+    assert not _blas_items(rows_split, 2, 2, 6, 5)
+    for a in (x, swapped, rows_split):
+        np.testing.assert_allclose(plan(a, y), np.einsum("pqrsi,pqic->pqrsc", a, y), rtol=1e-13, atol=1e-13)

@@ -235,11 +235,44 @@ def _contraction(subscripts, shapes):
 
 
 # A batched contraction (an index in both operands and the output) is one small matrix product per
-# batch item. opt_einsum hands such contractions to NumPy's einsum loop, which is 3-6x slower than
-# np.matmul for a few items of real matrices (seed 000's "wik,wjk->ijk", 16 items of (16, 64) @
-# (64, 4): 60 us against 195 us, and its two cotangents alike); for many items, or a vector per
-# item (W2's "ob,otb->tb", 128 items), matmul's per-item loop loses and einsum's stays.
+# batch item. opt_einsum hands such contractions to NumPy's einsum loop, which is 3-50x slower than
+# np.matmul whenever matmul can hand each item's matrices to BLAS: a unit stride along one of each
+# matrix's two axes (batch-first contiguous operands, their transposes, a broadcast batch). Where it
+# cannot (the batch on the unit-stride axis, as in seed 000's "wik,wjk->ijk"), matmul runs its own
+# loop per item: still faster than einsum's for a few items (16 items of (16, 64) @ (64, 4): 60 us
+# against 195 us), slower for many (256 items of (16, 64) @ (64, 4): 1.45 ms against 0.69 ms). So
+# the choice is made per call on the operands' strides past this many items (benchmarks/
+# einsum_layouts.py measures both sides). A vector per item (W2's "ob,otb->tb") stays with einsum.
 _MATMUL_MAX_ITEMS = 64
+
+
+def _merged_stride(shape, strides):
+    """The stride of these axes read as one (a reshape's view), or None where no view reads them so
+    (a reshape would copy) or all of them have size 1 (no stride to judge)."""
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    if not dims or any(s0 != s1 * n1 for (_, s0), (n1, s1) in zip(dims, dims[1:])):
+        return None
+    return dims[-1][1]
+
+
+def _blas_items(x, batch, rows, n_rows, n_inner):
+    """Can np.matmul hand each item of ``x`` to BLAS as a view? Its axes are ordered batch (the first
+    ``batch``), rows (the next ``rows``, ``n_rows`` elements) and inner (the rest, ``n_inner``): the
+    batch axes must read as one stride and each item be a matrix with a unit stride along one axis
+    and the other at least a row long (NumPy's is_blasable2d, either order)."""
+    shape, strides, size = x.shape, x.strides, x.itemsize
+    if batch == rows == 1 and len(shape) == 3:
+        s_rows, s_inner = strides[1], strides[2]          # one axis each, the common case: no merging
+    else:
+        if batch > 1 and _merged_stride(shape[:batch], strides[:batch]) is None \
+                and any(n != 1 for n in shape[:batch]):
+            return False
+        cut = batch + rows
+        s_rows = _merged_stride(shape[batch:cut], strides[batch:cut])
+        s_inner = _merged_stride(shape[cut:], strides[cut:])
+    if s_rows is None or s_inner is None or s_rows % size or s_inner % size:
+        return False
+    return (s_inner == size and s_rows >= n_inner * size) or (s_rows == size and s_inner >= n_rows * size)
 
 
 def _as_batched_matmul(subscripts, shapes, sizes):
@@ -262,18 +295,25 @@ def _as_batched_matmul(subscripts, shapes, sizes):
         return None                                     # no batch (tensordot's), or an index summed alone
     items, rows, inner, cols = (int(np.prod([sizes[c] for c in group], dtype=np.int64))
                                 for group in (batch, free_first, contracted, free_second))
-    if items > _MATMUL_MAX_ITEMS or rows == 1 or cols == 1:
+    if rows == 1 or cols == 1:
         return None
     perm_first = tuple(first.index(c) for c in batch + free_first + contracted)
     perm_second = tuple(second.index(c) for c in batch + contracted + free_second)
     product = batch + free_first + free_second
     product_shape = tuple(sizes[c] for c in product)
     perm_out = tuple(product.index(c) for c in output)
+    groups_first = (len(batch), len(free_first), rows, inner)
+    groups_second = (len(batch), len(contracted), inner, cols)
+    few = items <= _MATMUL_MAX_ITEMS
 
     def contract(a, b):
-        a = a.transpose(perm_first).reshape(items, rows, inner)
-        b = b.transpose(perm_second).reshape(items, inner, cols)
-        return np.matmul(a, b).reshape(product_shape).transpose(perm_out)
+        x = a.transpose(perm_first)
+        y = b.transpose(perm_second)
+        if not (few or _blas_items(x, *groups_first) and _blas_items(y, *groups_second)):
+            return np.einsum(subscripts, a, b)   # many items BLAS cannot take as they lie: einsum's loop
+        x = x.reshape(items, rows, inner)
+        y = y.reshape(items, inner, cols)
+        return np.matmul(x, y).reshape(product_shape).transpose(perm_out)
     return contract
 
 
