@@ -636,12 +636,18 @@ def fold_indexed_adds(program, index_add, add):
     """``t = index_add(zeros, g, i); s = add(acc, t)`` (t read once) becomes ``s = index_add(acc, g, i)``:
     the backward pass of a column read adds into the accumulated cotangent, not via a dense zero array."""
     scattered = {}
+    adds = []
     for eqn in program.eqns:
-        if eqn.prim is index_add and type(eqn.args[0]) is np.ndarray and _all_zero(eqn.args[0]):
+        prim = eqn.prim
+        if prim is index_add and type(eqn.args[0]) is np.ndarray and _all_zero(eqn.args[0]):
             scattered[eqn.outs[0].id] = eqn
-    if not scattered:
-        return program
-    counts = collections.Counter(map(_ID, itertools.chain.from_iterable(map(_USES, program.eqns))))
+        elif prim is add and not eqn.params:
+            adds.append(eqn)
+    if not any(type(a) is Var and a.id in scattered for eqn in adds for a in eqn.args):
+        return program   # no add reads a scatter (seed 000's loop: the reads' cotangents chain as index_adds)
+    # the reads of the scatters only, counted without leaving C (filtered by dict membership)
+    counts = collections.Counter(filter(scattered.__contains__,
+                                        map(_ID, itertools.chain.from_iterable(map(_USES, program.eqns)))))
     counts.update(v.id for v in program.outputs if type(v) is Var)
     scattered = {i: eqn for i, eqn in scattered.items() if counts[i] == 1}
     if not scattered:
