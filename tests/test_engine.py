@@ -180,6 +180,33 @@ def test_returned_gradients_are_writable_and_alias_nothing():
     assert wg.grad(lambda x: wnp.sum(x))(x).flags.writeable  # not the read-only broadcast of sum's rule
 
 
+def test_a_broadcast_scalar_cotangent_folds_into_products_without_aliasing():
+    """A full sum of a 3-D array hands its cotangent on as a read-only broadcast of one value; the
+    product's rule takes it as that scalar (for 1, the other factor itself, read-only). Gradients
+    match finite differences, are writable, and alias no input, whatever the dtypes."""
+    rng = np.random.default_rng(0)
+    x, y, w = (rng.standard_normal((3, 2, 4)) for _ in range(3))
+    y0 = y.copy()
+    gx, gy = wg.grad(lambda x, y: wnp.sum(x * y), argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(gx, y)
+    np.testing.assert_array_equal(gy, x)
+    assert gx.flags.writeable and not np.shares_memory(gx, y) and not np.shares_memory(gy, x)
+    gx += 1
+    np.testing.assert_array_equal(y, y0)
+
+    def f(x, y):
+        return wnp.sum(w * wnp.tanh(x * y)) + 2.0 * wnp.sum(wnp.sin(x) * w) + wnp.sum(x * 3.0)
+
+    wg.check_grads(f, (x, y), order=2, modes=("rev", "fwd"))
+    gx = wg.grad(f)(x, y)
+    assert not np.shares_memory(gx, w)
+    np.testing.assert_allclose(gx, w * (1 - np.tanh(x * y) ** 2) * y + 2 * np.cos(x) * w + 3.0)
+    for xd, wd in ((np.float32, np.float64), (np.float64, np.float32), (np.float32, np.float16)):
+        g = wg.grad(lambda x: wnp.sum(x * w.astype(wd)))(x.astype(xd))
+        assert g.dtype == xd and g.flags.writeable
+        np.testing.assert_allclose(g, w.astype(wd), rtol=1e-3)
+
+
 def test_vjp_results_alias_neither_the_cotangent_nor_earlier_results():
     ct = np.ones(3)
     out, vjp_fn = wg.vjp(lambda x: x + 0.0, np.zeros(3))

@@ -122,6 +122,29 @@ def _divide_jvp(tangents, ans, args, params):
     return (tx - num if tx is not None else negative(num)) / y
 
 
+def _times(g, y):
+    """``g * y`` in a VJP rule. A plain ``g`` that is one value broadcast to ``y``'s shape (a full
+    reduction's cotangent: ``sum``'s rule hands on a read-only broadcast view) is taken as that
+    scalar: ``s * y`` is NumPy's contiguous scalar loop, and where ``s == 1`` (the seed reaching
+    ``np.sum(w * f(x))``) the product is ``y`` itself, handed on as a read-only view: one pass over
+    memory and one array fewer. Read-only keeps that safe: the backward pass adds in place only
+    into cotangents it made (``owned``), and a read-only gradient is copied before the caller gets
+    it (transforms/reverse.py's ``_give_away``)."""
+    if type(g) is _ndarray and type(y) is _ndarray and not g.flags.c_contiguous and g.shape == y.shape \
+            and g.size and not any(g.strides):
+        s = g[(0,) * g.ndim]
+        dtype = np.result_type(g.dtype, y.dtype)   # the array product's dtype, not a scalar's
+        if s == 1 and dtype == y.dtype:
+            view = y.view()
+            view.flags.writeable = False
+            return view
+        return np.multiply(s, y, dtype=dtype)
+    return g * y
+
+
+_ndarray = np.ndarray
+
+
 # --- arithmetic --------------------------------------------------------------------------------
 add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                        lambda g, ans, x, y: unbroadcast(g, y.shape)),
@@ -130,8 +153,8 @@ subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                                  lambda g, ans, x, y: unbroadcast(negative(g), y.shape)),
                    jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: negative(t)),
                    batch=elementwise_rule, batched_vjp=True)
-multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(g * y, x.shape),
-                                 lambda g, ans, x, y: unbroadcast(g * x, y.shape)),
+multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(_times(g, y), x.shape),
+                                 lambda g, ans, x, y: unbroadcast(_times(g, x), y.shape)),
                    jvp=(lambda t, ans, x, y: t * y, lambda t, ans, x, y: t * x),
                    batch=elementwise_rule, batched_vjp=True)
 divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
