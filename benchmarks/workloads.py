@@ -174,7 +174,8 @@ def w1_spellings_code(np, Buffer=None):
 # more ways to write seed 000's loop itself (benchmarks/vectorize.py --more-loops): where the
 # columns are read, what the results are collected in, the loop order, how the work is split
 W1_LOOP_FORMS = ("inline reads", "normalized first", "lists+np.array", "x.at[].set", "loop order i,j,k",
-                 "matrix-vector per (j,k)")
+                 "matrix-vector per (j,k)", "columns of a[..., k]", "np.split, enumerate", "np.moveaxis, iterate",
+                 "rows of a.T")
 
 
 def w1_loop_forms_code(np, Buffer=None, at=None):
@@ -244,8 +245,50 @@ def w1_loop_forms_code(np, Buffer=None, at=None):
                                  axis=1))
         return np.sum(softmax(np.stack(cols, axis=2), axis=0) * wts)
 
+    def per_batch(a, b, wts):         # each batch's matrices first (a[..., k]), then their columns
+        W, R, B = a.shape
+        N = b.shape[1]
+        out = Buffer.zeros((N, R, B), a.dtype)
+        for k in range(B):
+            ak, bk = a[..., k], b[..., k]
+            for j in range(R):
+                for i in range(N):
+                    out[i, j, k] = cos(bk[:, i], ak[:, j])
+        return np.sum(softmax(out.freeze(), axis=0) * wts)
+
+    def split_enumerate(a, b, wts):   # np.split into batches, enumerate their zip, columns listed first
+        W, R, B = a.shape
+        N = b.shape[1]
+        out = Buffer.zeros((N, R, B), a.dtype)
+        for k, (ak, bk) in enumerate(zip(np.split(a, B, axis=2), np.split(b, B, axis=2))):
+            acols = [ak[:, j, 0] for j in range(R)]
+            for i in range(N):
+                bi = bk[:, i, 0]
+                for j, aj in enumerate(acols):
+                    out[i, j, k] = cos(bi, aj)
+        return np.sum(softmax(out.freeze(), axis=0) * wts)
+
+    def moveaxis_iterate(a, b, wts):  # the batch axis moved first and iterated, lists + stack
+        R, N = a.shape[1], b.shape[1]
+        per = []
+        for ak, bk in zip(np.moveaxis(a, -1, 0), np.moveaxis(b, -1, 0)):
+            S = np.stack([np.stack([cos(bk[:, i], ak[:, j]) for j in range(R)]) for i in range(N)])
+            per.append(softmax(S, axis=0))
+        return np.sum(np.stack(per, axis=2) * wts)
+
+    def rows_of_transpose(a, b, wts):  # columns as rows of the transposes: a.T[k][j] is a[:, j, k]
+        W, R, B = a.shape
+        N = b.shape[1]
+        aT, bT = a.T, b.T
+        out = Buffer.zeros((N, R, B), a.dtype)
+        for k in range(B):
+            for j in range(R):
+                for i in range(N):
+                    out[i, j, k] = cos(bT[k][i], aT[k][j])
+        return np.sum(softmax(out.freeze(), axis=0) * wts)
+
     return dict(zip(W1_LOOP_FORMS, (inline_reads, normalized_first, lists_array, at_set, loop_order_ijk,
-                                    matrix_vector)))
+                                    matrix_vector, per_batch, split_enumerate, moveaxis_iterate, rows_of_transpose)))
 
 
 
@@ -384,7 +427,8 @@ def w2_spellings_code(np, Buffer=None):
     return {spelling_name(c, d): make(c, dot_spelling(np, d)) for c in CONTAINERS for d in DOT_SPELLINGS}
 
 # more ways to write seed 001's per-column loop (benchmarks/vectorize.py --more-loops)
-W2_LOOP_FORMS = ("inline, b outer", "lists+np.array", "einsum per column", "x.at[].set", "rows per step")
+W2_LOOP_FORMS = ("inline, b outer", "lists+np.array", "einsum per column", "x.at[].set", "rows per step",
+                 "rows of y.T")
 
 
 def w2_loop_forms_code(np, Buffer=None, at=None):
@@ -428,7 +472,16 @@ def w2_loop_forms_code(np, Buffer=None, at=None):
         ys = [Wm @ x + bm[:, None] for x in xs]
         return attend(np.stack([np.sum(ys[0] * y, axis=0) for y in ys]), Hs, wts)
 
-    return dict(zip(W2_LOOP_FORMS, (inline, lists_array, einsum_columns, at_set, rows_per_step)))
+    def rows_of_transpose(Wm, bm, xs, Hs, wts):   # columns as rows of the transposes, enumerate the steps
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        T, B = len(ys), ys[0].shape[1]
+        z = Buffer.zeros((T, B), Wm.dtype)
+        for t, y in enumerate(ys):
+            for b in range(B):
+                z[t, b] = ys[0].T[b] @ y.T[b]
+        return attend(z.freeze(), Hs, wts)
+
+    return dict(zip(W2_LOOP_FORMS, (inline, lists_array, einsum_columns, at_set, rows_per_step, rows_of_transpose)))
 
 
 

@@ -47,9 +47,10 @@ def test_vectorize_benchmark_runs_every_spelling_and_agrees_with_the_hand_writte
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = {line.split("  ")[0] for line in proc.stdout.splitlines() if line.startswith("W1 ")}
-    assert len(names) == 1 + 12 + 5 + 5 + 6, sorted(names)
+    assert len(names) == 1 + 12 + 5 + 5 + 10, sorted(names)
     assert any("np.linalg.norm(u)" in n for n in names) and any("np.einsum" in n for n in names)
     assert any("form[inline reads]" in n for n in names) and any("form[x.at[].set]" in n for n in names)
+    assert any("form[rows of a.T]" in n for n in names) and any("form[np.split, enumerate]" in n for n in names)
 
 
 def test_vectorize_benchmark_runs_seed_001_in_every_spelling_and_loop_form():
@@ -60,8 +61,9 @@ def test_vectorize_benchmark_runs_seed_001_in_every_spelling_and_loop_form():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr   # each row checked against the hand gradient
     names = {line.split("  ")[0] for line in proc.stdout.splitlines() if line.startswith("W2 ")}
-    assert len(names) == 1 + 12 + 5, sorted(names)
+    assert len(names) == 1 + 12 + 6, sorted(names)
     assert any("form[inline, b outer]" in n for n in names) and any("form[rows per step]" in n for n in names)
+    assert any("form[rows of y.T]" in n for n in names)
 
 
 def test_vectorize_benchmark_times_cold_on_request():

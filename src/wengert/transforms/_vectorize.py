@@ -1277,7 +1277,8 @@ def vectorize(program, trace_type, stats=None, cut=None):
     pass and ``g * 2`` in the backward pass have one signature otherwise).
     """
     fresh = _Fresh(program)
-    eqns = fold_indexed_adds(program, index_add, add).eqns  # column reads' cotangents: chains of index_add
+    # column reads' cotangents: chains of index_add; reads of reads (and their cotangents) composed
+    eqns = compose_basic_indexing(fold_indexed_adds(through_transposes(program), index_add, add), fresh).eqns
     eqns = _collapse_writes(eqns, program.outputs, fresh)
     sigs = _signatures(eqns, program.inputs, program.outputs, fresh, cut)
     eqns = sigs.eqns
@@ -2700,3 +2701,199 @@ def elementwise_before_broadcasts(program, fresh):
         for o in eqn.outs:
             producers[o.id] = eqn
     return dce(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+# --- 14. a basic read of a basic read: one read, and its cotangent one write -----------------------
+# A column read in two steps, ``a[..., k][:, j]``, ``a.T[k][j]``, ``np.moveaxis(a, -1, 0)[k][:, j]``,
+# ``np.split(a, B, axis=2)[k][:, j, 0]``, is two reads at constant ints and slices: the first a
+# class of its own (one lane per k), the second one lane per (k, j) of operands the first class
+# made, and the backward pass a chain of ``index_add`` into zeros per k (the cotangent of ``a[..., k]``)
+# added into ``a``'s at k: a scatter per k, unbatched. Both compose before the classes are formed:
+# ``x[i1][i2]`` is ``x[i]``, and ``index_add(base, v, i1)`` of a ``v`` that is a chain of ``index_add``
+# into zeros (each link read once) is that chain's links added into ``base`` at the composed indices,
+# so the loop reads and writes ``a[:, j, k]`` as the seed's own spelling does.
+def _basic_axes(index, shape):
+    """``index`` (ints, slices, one Ellipsis; no new axes, arrays or variables) on ``shape``: per
+    axis an int, or ``(start, step, length)`` for a slice. None for any other index."""
+    idx = index if type(index) is tuple else (index,)
+    ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
+    if len(ellipses) > 1:
+        return None
+    if ellipses:
+        at = ellipses[0]
+        idx = idx[:at] + (slice(None),) * (len(shape) - len(idx) + 1) + idx[at + 1:]
+    if len(idx) > len(shape):
+        return None
+    out = []
+    for i, n in zip(idx + (slice(None),) * (len(shape) - len(idx)), shape):
+        if type(i) is slice:
+            if not all(p is None or _is_int(p) for p in (i.start, i.stop, i.step)):
+                return None
+            start, stop, step = slice(*(None if p is None else int(p) for p in (i.start, i.stop, i.step))).indices(n)
+            out.append((start, step, len(range(start, stop, step))))
+        elif _is_int(i) and -n <= i < n:
+            out.append(int(i) % n)
+        else:
+            return None
+    return out
+
+
+def _index_of(axes, shape):
+    """The basic index of per-axis entries (ints, ``(start, step, length)``) on ``shape``, full
+    slices written ``:`` and trailing ones left out; None for an empty slice or no index at all."""
+    out = []
+    for axis, n in zip(axes, shape):
+        if type(axis) is not tuple:
+            out.append(axis)
+            continue
+        start, step, length = axis
+        if length == 0:
+            return None
+        if start == 0 and step == 1 and length == n:
+            out.append(slice(None))
+        else:
+            stop = start + step * length
+            out.append(slice(start, stop if stop >= 0 else None, step if step != 1 else None))
+    while out and type(out[-1]) is slice and out[-1] == slice(None):
+        out.pop()
+    return tuple(out) if out else None
+
+
+def _composed_index(shape, first, second):
+    """The basic index ``i`` with ``x[i]`` equal to ``x[first][second]`` (x of ``shape``), or None."""
+    outer = _basic_axes(first, shape)
+    if outer is None:
+        return None
+    inner = _basic_axes(second, tuple(a[2] for a in outer if type(a) is tuple))
+    if inner is None:
+        return None
+    inner = iter(inner)
+    out = []
+    for axis in outer:
+        if type(axis) is not tuple:
+            out.append(axis)
+            continue
+        start, step, _ = axis
+        sub = next(inner)
+        out.append(start + step * sub if type(sub) is not tuple else (start + step * sub[0], step * sub[1], sub[2]))
+    return _index_of(out, shape)
+
+
+def _permuted_index(index, shape, perm):
+    """For ``y = transpose(x, perm)`` (``y`` of ``shape``): the basic index ``i`` with ``x[i]`` equal
+    to ``y[index]``, when the axes ``index`` keeps stay in order (no transpose left); else None."""
+    axes = _basic_axes(index, shape)
+    if axes is None:
+        return None
+    kept = [perm[r] for r, a in enumerate(axes) if type(a) is tuple]
+    if kept != sorted(kept):
+        return None
+    on_x = [None] * len(perm)
+    for r, a in enumerate(axes):
+        on_x[perm[r]] = a
+    return _index_of(on_x, tuple(shape[perm.index(q)] for q in range(len(perm))))
+
+
+def through_transposes(program):
+    """A basic read of a transpose, ``x.T[b]``, as a read of ``x`` (``x[:, b]``); and the transpose of
+    its cotangent, ``index_add(zeros, g, b).T`` read once, as ``index_add(zeros, g, (:, b))``: each
+    column's backward otherwise adds a transposed dense array into the cotangent, which no chain of
+    writes folds."""
+    producers, out, changed = {}, [], False
+    counts = None
+    for eqn in program.eqns:
+        if eqn.prim is getitem and type(eqn.args[0]) is Var and not _vars_in(eqn.params["index"], []):
+            inner = producers.get(eqn.args[0].id)
+            if inner is not None and inner.prim is transpose and type(inner.args[0]) is Var:
+                x = inner.args[0]
+                axes = inner.params.get("axes")
+                perm = list(range(len(x.shape)))[::-1] if axes is None else [a % len(x.shape) for a in axes]
+                index = _permuted_index(eqn.params["index"], inner.outs[0].shape, perm)
+                if index is not None:
+                    eqn = _eqn(getitem, (x,), {**eqn.params, "index": index}, eqn.outs, eqn.source)
+                    changed = True
+        elif eqn.prim is transpose and type(eqn.args[0]) is Var:
+            inner = producers.get(eqn.args[0].id)
+            if inner is not None and inner.prim is index_add and len(inner.args) == 2 \
+                    and _is_zeros_view(inner.args[0]) and not _vars_in(inner.params["index"], []):
+                if counts is None:
+                    counts = use_counts(program.eqns, program.outputs)
+                axes = eqn.params.get("axes")
+                res = eqn.outs[0]
+                perm = list(range(len(res.shape)))[::-1] if axes is None else [a % len(res.shape) for a in axes]
+                # res = transpose(z), z of inner's shape: z's axis perm[r] is res's axis r
+                index = _permuted_index(inner.params["index"], inner.outs[0].shape, _inverse(perm)) \
+                    if counts.get(inner.outs[0].id) == 1 else None
+                if index is not None:
+                    zeros = np.broadcast_to(np.zeros((), inner.args[0].dtype), res.shape)
+                    eqn = _eqn(index_add, (zeros, inner.args[1]), {**inner.params, "index": index}, eqn.outs,
+                               eqn.source)
+                    changed = True
+        out.append(eqn)
+        for o in eqn.outs:
+            producers[o.id] = eqn
+    return dce(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for r, q in enumerate(perm):
+        inv[q] = r
+    return inv
+
+
+def _zero_chain(v, producers, counts):
+    """The links ``(values, index)`` of the ``index_add`` chain into an all-zero constant that made
+    ``v``, each link's result read once (by the next link, or the reader of ``v``), and the zeros; or None."""
+    links = []
+    while True:
+        eqn = producers.get(v.id) if type(v) is Var else None
+        if eqn is None or eqn.prim is not index_add or counts.get(v.id) != 1 or len(eqn.args) != 2:
+            return None
+        links.append(eqn)
+        base = eqn.args[0]
+        if type(base) is np.ndarray:
+            return (links[::-1], base) if base.size and not base.any() else None
+        v = base
+
+
+def compose_basic_indexing(program, fresh):
+    """``x[i1][i2]`` at constant ints and slices as ``x[i]``; ``index_add(base, v, i1)`` with ``v`` a
+    chain of ``index_add`` into zeros as that chain added into ``base`` at the composed indices."""
+    producers, out, dropped, changed = {}, [], set(), False
+    counts = use_counts(program.eqns, program.outputs)
+    for eqn in program.eqns:
+        if eqn.prim is getitem and type(eqn.args[0]) is Var:
+            inner = producers.get(eqn.args[0].id)
+            if inner is not None and inner.prim is getitem and type(inner.args[0]) is Var \
+                    and not _vars_in(inner.params["index"], []) and not _vars_in(eqn.params["index"], []):
+                index = _composed_index(inner.args[0].shape, inner.params["index"], eqn.params["index"])
+                if index is not None:
+                    eqn = _eqn(getitem, (inner.args[0],), {**eqn.params, "index": index}, eqn.outs, eqn.source)
+                    changed = True
+        elif eqn.prim is index_add and len(eqn.args) == 2 and not _vars_in(eqn.params["index"], []):
+            base, v = eqn.args
+            chain = _zero_chain(v, producers, counts)
+            outer = _basic_axes(eqn.params["index"], base.shape) if chain is not None else None
+            if outer is not None and chain[1].shape == tuple(a[2] for a in outer if type(a) is tuple) \
+                    and chain[1].dtype == eqn.outs[0].dtype:
+                links = chain[0]
+                indices = [_composed_index(base.shape, eqn.params["index"], link.params["index"]) for link in links]
+                if all(i is not None for i in indices):
+                    acc = base
+                    for k, (link, index) in enumerate(zip(links, indices)):
+                        res = eqn.outs[0] if k == len(links) - 1 else fresh(eqn.outs[0].shape, eqn.outs[0].dtype)
+                        made = _eqn(index_add, (acc, link.args[1]), {**link.params, "index": index}, (res,),
+                                    link.source)
+                        out.append(made)
+                        producers[res.id] = made
+                        dropped.add(link.outs[0].id)
+                        acc = res
+                    changed = True
+                    continue
+        out.append(eqn)
+        for o in eqn.outs:
+            producers[o.id] = eqn
+    if not changed:
+        return program
+    return dce(Program(program.inputs, [e for e in out if e.outs[0].id not in dropped], program.outputs))
