@@ -8,7 +8,7 @@ One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cos
 001's colwise attention, each with its results in a Buffer, written in place into a traced array,
 or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
 ``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and five
-more norm spellings; with ``--more-loops`` the loops themselves written ten (W1) and six (W2)
+more norm spellings; with ``--more-loops`` the loops themselves written ten (W1) and seven (W2)
 further ways: workloads.W1_LOOP_FORMS, W2_LOOP_FORMS). Medians of one run, measured round-robin as in run.py and jit.py
 (run.measure: fast calls grouped into ~5 ms samples, each after one untimed call):
 
@@ -171,7 +171,7 @@ def main(argv=None):
                         "where used, columns normalized first, lists + np.array, x.at[].set, the batch innermost, "
                         "a matrix-vector product per (j, k), columns of a[..., k], np.split and enumerate, "
                         "np.moveaxis and iterate, rows of a.T; W2 with b outer, lists + np.array, an einsum per "
-                        "column, x.at[].set, one row per step, rows of y.T")
+                        "column, x.at[].set, one row per step, rows of y.T, the steps stacked and read Y[t, :, b]")
     malloc_argument(p)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="medians of wall-clock time, or of this process's CPU time (less moved by other "

@@ -428,7 +428,7 @@ def w2_spellings_code(np, Buffer=None):
 
 # more ways to write seed 001's per-column loop (benchmarks/vectorize.py --more-loops)
 W2_LOOP_FORMS = ("inline, b outer", "lists+np.array", "einsum per column", "x.at[].set", "rows per step",
-                 "rows of y.T")
+                 "rows of y.T", "steps stacked, Y[t, :, b]")
 
 
 def w2_loop_forms_code(np, Buffer=None, at=None):
@@ -481,7 +481,17 @@ def w2_loop_forms_code(np, Buffer=None, at=None):
                 z[t, b] = ys[0].T[b] @ y.T[b]
         return attend(z.freeze(), Hs, wts)
 
-    return dict(zip(W2_LOOP_FORMS, (inline, lists_array, einsum_columns, at_set, rows_per_step, rows_of_transpose)))
+    def steps_stacked(Wm, bm, xs, Hs, wts):       # the steps' outputs stacked into one array, then read
+        Y = np.stack([Wm @ x + bm[:, None] for x in xs])
+        T, _, B = Y.shape
+        z = Buffer.zeros((T, B), Wm.dtype)
+        for t in range(T):
+            for b in range(B):
+                z[t, b] = np.dot(Y[0, :, b], Y[t, :, b])
+        return attend(z.freeze(), Hs, wts)
+
+    return dict(zip(W2_LOOP_FORMS, (inline, lists_array, einsum_columns, at_set, rows_per_step, rows_of_transpose,
+                                    steps_stacked)))
 
 
 

@@ -1198,3 +1198,22 @@ def test_seed_001_read_as_rows_of_the_transposes_is_the_column_loop():
     assert lowered.code.splitlines()[1:] == plain.code.splitlines()[1:]
     fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
     fd_check(lambda bm: f(Wm, bm, xs, Hs, wts), (bm,))
+
+
+def test_seed_001_read_from_the_stacked_steps_is_the_column_loop():
+    # Y = np.stack(ys); z[t, b] = np.dot(Y[0, :, b], Y[t, :, b]): a read of a stack at a step reads
+    # that step's array, and the stack's backward, each step's row of Y's cotangent (a chain of
+    # writes at (t, :, b)), is the chain of that step's writes: the column loop's program, where
+    # every column's cotangent went through one sorted scatter-add into Y's (3.5x at T = 64)
+    Wm, bm, xs, Hs, wts = _seed_001_inputs(7)
+    f = workloads.w2_loop_forms_code(wnp, wg.Buffer, at=wg.at)["steps stacked, Y[t, :, b]"]
+    value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    close(step(Wm, bm, xs, Hs, wts), (value, grads), rtol=1e-9)
+    lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=5)
+    columns = wg.jit(wg.value_and_grad(_seed_001_inline(b_outer=False), argnums=(0, 1))).lower(Wm, bm, xs, Hs, wts)
+    names = sorted(e.prim.name for e in lowered.program.eqns)
+    assert names == sorted(e.prim.name for e in columns.program.eqns), names   # the same equations, two swapped
+    assert _count(lowered, "scatter_add") == 0
+    fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
+    fd_check(lambda bm: f(Wm, bm, xs, Hs, wts), (bm,))

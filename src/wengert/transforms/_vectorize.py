@@ -1278,7 +1278,8 @@ def vectorize(program, trace_type, stats=None, cut=None):
     """
     fresh = _Fresh(program)
     # column reads' cotangents: chains of index_add; reads of reads (and their cotangents) composed
-    eqns = compose_basic_indexing(fold_indexed_adds(through_transposes(program), index_add, add), fresh).eqns
+    eqns = fold_indexed_adds(through_transposes(program), index_add, add)
+    eqns = compose_basic_indexing(split_read_chains(eqns, fresh), fresh).eqns
     eqns = _collapse_writes(eqns, program.outputs, fresh)
     sigs = _signatures(eqns, program.inputs, program.outputs, fresh, cut)
     eqns = sigs.eqns
@@ -2842,19 +2843,86 @@ def _inverse(perm):
     return inv
 
 
-def _zero_chain(v, producers, counts):
-    """The links ``(values, index)`` of the ``index_add`` chain into an all-zero constant that made
-    ``v``, each link's result read once (by the next link, or the reader of ``v``), and the zeros; or None."""
+def _zero_chain(v, producers, counts, reads=1):
+    """The links (``index_add`` equations) of the chain into an all-zero constant that made ``v``, each
+    link's result read once (by the next link; ``v`` itself ``reads`` times), and the zeros; or None."""
     links = []
     while True:
         eqn = producers.get(v.id) if type(v) is Var else None
-        if eqn is None or eqn.prim is not index_add or counts.get(v.id) != 1 or len(eqn.args) != 2:
+        if eqn is None or eqn.prim is not index_add or counts.get(v.id) != (reads if not links else 1) \
+                or len(eqn.args) != 2 or _vars_in(eqn.params["index"], []):
             return None
         links.append(eqn)
         base = eqn.args[0]
         if type(base) is np.ndarray:
             return (links[::-1], base) if base.size and not base.any() else None
         v = base
+
+
+def _one_int(index, shape):
+    """``(axis, i)`` for an index that picks ``i`` on one axis and keeps every other whole, or None."""
+    axes = _basic_axes(index, shape)
+    if axes is None:
+        return None
+    ints = [(a, i) for a, i in enumerate(axes) if type(i) is not tuple]
+    if len(ints) != 1 or any(i != (0, 1, n) for i, n in zip(axes, shape) if type(i) is tuple):
+        return None
+    return ints[0]
+
+
+def split_read_chains(program, fresh):
+    """An ``index_add`` chain into zeros read only at ints of one axis (the backward of ``np.stack``,
+    each input's cotangent ``ct[t]``), each link writing at an int on that axis: each read is the
+    chain of the links that write there, into zeros without that axis."""
+    counts = use_counts(program.eqns, program.outputs)
+    producers, readers = {}, {}
+    for k, eqn in enumerate(program.eqns):
+        if eqn.prim is getitem and type(eqn.args[0]) is Var and not _vars_in(eqn.params["index"], []):
+            inner = producers.get(eqn.args[0].id)
+            if inner is not None and inner.prim is index_add:
+                readers.setdefault(eqn.args[0].id, []).append(k)
+        for o in eqn.outs:
+            producers[o.id] = eqn
+    replaced, dropped = {}, set()
+    for cid, ks in readers.items():
+        chain = _zero_chain(producers[cid].outs[0], producers, counts, reads=len(ks))
+        if chain is None:
+            continue
+        links, zeros = chain
+        picks = [_one_int(program.eqns[k].params["index"], zeros.shape) for k in ks]
+        if None in picks or len({a for a, _ in picks}) != 1 or len({i for _, i in picks}) != len(picks):
+            continue
+        axis = picks[0][0]
+        shape = zeros.shape[:axis] + zeros.shape[axis + 1:]
+        by_int = {}
+        for link in links:
+            axes = _basic_axes(link.params["index"], zeros.shape)
+            index = None if axes is None or type(axes[axis]) is tuple else _index_of(axes[:axis] + axes[axis + 1:], shape)
+            if index is None:
+                break
+            by_int.setdefault(axes[axis], []).append((link, index))
+        else:
+            if all(i in by_int for _, i in picks):
+                base = np.broadcast_to(np.zeros((), zeros.dtype), shape)
+                for k, (_, i) in zip(ks, picks):
+                    out = program.eqns[k].outs[0]
+                    acc, made = base, []
+                    for n, (link, index) in enumerate(by_int[i]):
+                        res = out if n == len(by_int[i]) - 1 else fresh(shape, out.dtype)
+                        made.append(_eqn(index_add, (acc, link.args[1]), {**link.params, "index": index}, (res,),
+                                         link.source))
+                        acc = res
+                    replaced[k] = made
+                dropped.update(link.outs[0].id for link in links)
+    if not replaced:
+        return program
+    out = []
+    for k, eqn in enumerate(program.eqns):
+        if k in replaced:
+            out.extend(replaced[k])
+        elif eqn.outs[0].id not in dropped:
+            out.append(eqn)
+    return dce(Program(program.inputs, out, program.outputs))
 
 
 def compose_basic_indexing(program, fresh):
@@ -2871,6 +2939,16 @@ def compose_basic_indexing(program, fresh):
                 if index is not None:
                     eqn = _eqn(getitem, (inner.args[0],), {**eqn.params, "index": index}, eqn.outs, eqn.source)
                     changed = True
+            elif inner is not None and inner.prim is stack and not _vars_in(eqn.params["index"], []):
+                shape = inner.outs[0].shape
+                axes = _basic_axes(eqn.params["index"], shape)
+                axis = inner.params.get("axis", 0) % len(shape)
+                if axes is not None and type(axes[axis]) is not tuple and type(inner.args[axes[axis]]) is Var:
+                    x = inner.args[axes[axis]]
+                    index = _index_of(axes[:axis] + axes[axis + 1:], x.shape)
+                    if index is not None:
+                        eqn = _eqn(getitem, (x,), {**eqn.params, "index": index}, eqn.outs, eqn.source)
+                        changed = True
         elif eqn.prim is index_add and len(eqn.args) == 2 and not _vars_in(eqn.params["index"], []):
             base, v = eqn.args
             chain = _zero_chain(v, producers, counts)
