@@ -2926,14 +2926,18 @@ def split_read_chains(program, fresh):
 
 
 def compose_basic_indexing(program, fresh):
-    """``x[i1][i2]`` at constant ints and slices as ``x[i]``; ``index_add(base, v, i1)`` with ``v`` a
-    chain of ``index_add`` into zeros as that chain added into ``base`` at the composed indices."""
+    """``x[i1][i2]`` at constant ints and slices as ``x[i]`` for an input ``x`` (the reads of reads of
+    the backward, ``ct[:, :, k][:, j]`` of nested stacks, are batched level by level as they are: taken
+    as one read, the lane order that the backward's classes choose reverses); ``index_add(base, v, i1)``
+    with ``v`` a chain of ``index_add`` into zeros as that chain added into ``base`` at the composed
+    indices; a read of a stack at an int on its axis as a read of that input."""
     producers, out, dropped, changed = {}, [], set(), False
     counts = use_counts(program.eqns, program.outputs)
+    inputs = {v.id for v in program.inputs if type(v) is Var}
     for eqn in program.eqns:
         if eqn.prim is getitem and type(eqn.args[0]) is Var:
             inner = producers.get(eqn.args[0].id)
-            if inner is not None and inner.prim is getitem and type(inner.args[0]) is Var \
+            if inner is not None and inner.prim is getitem and type(inner.args[0]) is Var and inner.args[0].id in inputs \
                     and not _vars_in(inner.params["index"], []) and not _vars_in(eqn.params["index"], []):
                 index = _composed_index(inner.args[0].shape, inner.params["index"], eqn.params["index"])
                 if index is not None:
