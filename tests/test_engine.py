@@ -156,6 +156,26 @@ def test_a_cotangent_shared_by_two_inputs_is_not_written_into():
     np.testing.assert_array_equal(gy, [1.0, 1.0, 1.0])
 
 
+def test_a_rules_fresh_cotangent_is_added_into_in_place_and_nothing_else_is():
+    """A second contribution lands in place in a cotangent that only the pass holds (einsum's fresh
+    result, then a column read's share); one the caller, the tape or another entry also holds is
+    copied first. Checked against finite differences, and the caller's cotangent stays as it was."""
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((3, 4, 5)), rng.standard_normal((4, 5))
+
+    def f(x):
+        y = x * 2.0
+        z = wnp.einsum("ob,otb->tb", y[:, 0, :], y)   # y's cotangent: einsum's, then y[:, 0, :]'s
+        return wnp.sum(z * w) + wnp.sum(wnp.tanh(z) * z)
+
+    wg.check_grads(f, (x,), order=2, modes=("rev", "fwd"))
+    ct = np.ones((3, 4))
+    _, vjp_fn = wg.vjp(lambda x: (lambda y: y + y[0])(x + 0.0), x[:, :, 0])   # ct itself reaches y,
+    (g,) = vjp_fn(ct)                                                     # then y[0]'s share
+    np.testing.assert_array_equal(ct, np.ones((3, 4)))
+    np.testing.assert_array_equal(g, [[4.0] * 4, [1.0] * 4, [1.0] * 4])
+
+
 def test_repeated_and_masked_index_reads_add_up():
     x = np.arange(5.0)
     g = wg.grad(lambda x: wnp.sum(x[[0, 0, 2]]) + x[0] + wnp.sum(x[x > 2.5] * 2) + wnp.sum(x[1::2]))(x)

@@ -4,7 +4,8 @@ Three rules keep the backward pass a small multiple of the forward pass:
 
 * Absent means zero. A node that received no cotangent is skipped; no zero array is made for it.
 * The first contribution to a node is stored as it is. A second one makes a buffer the accumulator
-  owns; every later one is added into that buffer in place.
+  owns; every later one is added into that buffer in place. A first contribution that only the
+  pass holds (``_sole``: a rule's fresh array) is added into in place without the copy.
 * Reads through indexing (``x[:, j]``, ``x[mask]``) send back an ``indexed_cotangent``, not a
   dense array of zeros. All of them land in one buffer for the parent, with a slice add.
 
@@ -12,6 +13,8 @@ When the cotangents are themselves traced (the backward pass of an inner transfo
 outer one), accumulation is out of place, through wengert operations, so it can be differentiated.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -111,6 +114,30 @@ def accumulate(cts, owned, i, c):
         new = old + c
         cts[i] = new
         owned[i] = type(new) is np.ndarray
+
+
+def _refs(x):
+    return _getrefcount(x)
+
+
+def _calibrate():
+    cts = [np.empty(1)]
+    old = cts[0]
+    return _refs(old)
+
+
+_getrefcount = sys.getrefcount
+_SOLE = _calibrate()   # references to an array held by the cotangent list and one local name
+
+
+def _sole(old):
+    """Is ``old`` (read from the cotangent list into a local name, as the pass does) an array that
+    nothing else holds: not the caller's, not the tape's, not another entry's cotangent, no view's
+    base, writable? Then the pass may add into it in place, as into a buffer it made (``owned``):
+    a rule's fresh result (einsum's, a product's) is not copied before a second contribution lands
+    in it. The count is calibrated on this interpreter (``_calibrate``: the same list slot and
+    local name), as NumPy's own elision of temporaries counts references."""
+    return old.base is None and _refs(old) == _SOLE + 1 and old.flags.writeable
 
 
 def _carries_a_batch(g):
@@ -234,6 +261,7 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                         cts[parent] = c
                     else:
                         accumulate(cts, owned, parent, c)
+            c = None   # held by no stale name: the next entry may find the piece held by the pass alone (_sole)
             continue
         if prim.indexed_read is not None and inline and type(g) is _ndarray and prim._vjp[0] is prim.indexed_read:
             # x[index] read in a loop: g added at index into x's buffer, as _add_at would (a view),
@@ -259,7 +287,8 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                 owned[parent] = 1
                 old[index] = g
                 continue
-            if owned[parent] and type(old) is _ndarray:
+            if type(old) is _ndarray and (owned[parent] or (old.dtype == g.dtype and _sole(old))):
+                owned[parent] = 1
                 view = old[index]
                 try:
                     if type(view) is _ndarray:
@@ -308,6 +337,11 @@ def _backward(tape, seeds, keep_tape, accumulate=accumulate):
                             cts[parent] = c
                             continue
                     elif not owned[parent]:
+                        if kind is _ndarray and type(old) is _ndarray and old.shape == c.shape \
+                                and old.dtype == c.dtype and _sole(old):
+                            old += c   # a rule's fresh array that only the pass holds: no copy
+                            owned[parent] = 1
+                            continue
                         if kind is not tuple and kind is not _Select:
                             # a second contribution (or any to a 0-d input: NumPy scalars, never
                             # owned): a new sum, owned when it is an array
