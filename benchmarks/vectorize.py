@@ -9,7 +9,7 @@ One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cos
 or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
 ``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and five
 more norm spellings; with ``--more-loops`` the loops themselves written ten (W1) and seven (W2)
-further ways: workloads.W1_LOOP_FORMS, W2_LOOP_FORMS). Medians of one run, measured round-robin as in run.py and jit.py
+further ways: workloads.W1_LOOP_FORMS, W2_LOOP_FORMS; W1's also at 16x with ``--sixteen all``). Medians of one run, measured round-robin as in run.py and jit.py
 (run.measure: fast calls grouped into ~5 ms samples, each after one untimed call):
 
 * ``jit`` = ``wg.jit(wg.value_and_grad(f))`` with the pass (the default), checked against ``hand``;
@@ -81,16 +81,18 @@ def loop_rows(quick, only, sixteen, more=False, forms=False):
                 rows.append(workloads.Row("W1", r.size, workloads.spelling_name(c, d, n), workloads.w1_spellings_code,
                                           r.hand, r.args, r.argnums, loop_iterations=r.loop_iterations,
                                           spelling=(c, d, n)))
-    if forms:   # the loops themselves written further ways (workloads.W1_LOOP_FORMS, W2_LOOP_FORMS), seed size
+    if forms:   # the loops themselves written further ways (workloads.W1_LOOP_FORMS, W2_LOOP_FORMS), seed size;
+        # with --sixteen all, W1's also at 16x the seed batch
         for name, code, kinds in (("W1", workloads.w1_loop_forms_code, workloads.W1_LOOP_FORMS),
                                   ("W2", workloads.w2_loop_forms_code, workloads.W2_LOOP_FORMS)):
-            seed = [r for r in rows if r.workload == name and not r.size.startswith("16x")][:1]
-            if only and name not in only or not seed:
+            if only and name not in only:
                 continue
-            r = seed[0]
-            for kind in kinds:
-                rows.append(workloads.Row(name, r.size, f"form[{kind}]", _with_at(code, kind), r.hand, r.args,
-                                          r.argnums, hand_args=r.hand_args, loop_iterations=r.loop_iterations))
+            sizes = [[r for r in rows if r.workload == name and r.size.startswith("16x") == big][:1]
+                     for big in ((False, True) if sixteen == "all" else (False,))]
+            for r in (found[0] for found in sizes if found):
+                for kind in kinds:
+                    rows.append(workloads.Row(name, r.size, f"form[{kind}]", _with_at(code, kind), r.hand, r.args,
+                                              r.argnums, hand_args=r.hand_args, loop_iterations=r.loop_iterations))
     return rows
 
 
@@ -160,7 +162,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="small sizes, few samples (a smoke test)")
     p.add_argument("--only", nargs="*", help="workloads: W1, W2")
     p.add_argument("--sixteen", choices=("all", "loop", "none"), default="loop",
-                   help="W1 at 16x the seed batch: every spelling, the seed's own loop, or none")
+                   help="W1 at 16x the seed batch: every spelling (and with --more-loops every loop form), "
+                        "the seed's own loop, or none")
     p.add_argument("--unvectorized", action="store_true",
                    help="also time vectorize=False on the seed-size 'loop' rows (tens of seconds to stage)")
     p.add_argument("--more-spellings", action="store_true",

@@ -39,18 +39,22 @@ def test_benchmark_suite_quick(tmp_path):
 def test_vectorize_benchmark_runs_every_spelling_and_agrees_with_the_hand_written_gradient():
     """benchmarks/vectorize.py checks each jit(value_and_grad) against the hand-written gradient
     before timing it (an AssertionError otherwise): seed 000's loop in every spelling, the more
-    spellings of its dot product and norm included."""
+    spellings of its dot product and norm included, and with --sixteen all the spellings and the
+    loop forms at 16x too."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "vectorize.py"), "--quick", "--only", "W1", "--sixteen", "none",
+        [sys.executable, str(ROOT / "benchmarks" / "vectorize.py"), "--quick", "--only", "W1", "--sixteen", "all",
          "--more-spellings", "--more-loops", "--repeat", "1", "--clock", "cpu"],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = {line.split("  ")[0] for line in proc.stdout.splitlines() if line.startswith("W1 ")}
-    assert len(names) == 1 + 12 + 5 + 5 + 10, sorted(names)
-    assert any("np.linalg.norm(u)" in n for n in names) and any("np.einsum" in n for n in names)
-    assert any("form[inline reads]" in n for n in names) and any("form[x.at[].set]" in n for n in names)
-    assert any("form[rows of a.T]" in n for n in names) and any("form[np.split, enumerate]" in n for n in names)
+    seed = {n for n in names if n.startswith("W1 seed")}
+    big = {n for n in names if n.startswith("W1 16x")}
+    assert len(seed) == 1 + 12 + 5 + 5 + 10 and len(big) == 1 + 12 + 10, sorted(names)
+    assert any("np.linalg.norm(u)" in n for n in seed) and any("np.einsum" in n for n in seed)
+    assert any("form[inline reads]" in n for n in seed) and any("form[x.at[].set]" in n for n in seed)
+    assert any("form[rows of a.T]" in n for n in seed) and any("form[np.split, enumerate]" in n for n in seed)
+    assert any("form[matrix-vector per (j,k)]" in n for n in big)
 
 
 def test_vectorize_benchmark_runs_seed_001_in_every_spelling_and_loop_form():
