@@ -556,6 +556,32 @@ def test_columns_read_where_used_contract_each_cotangent_term_per_column():
     fd_check(lambda bb: f(a, bb, wts), (bb,))
 
 
+@pytest.mark.parametrize("body", ["loop order i,j,k", "lists+np.array"])
+def test_many_batches_on_the_unit_stride_axis_take_einsums_loop_with_the_same_values(body, monkeypatch):
+    """Seed 000's loop with more than _EINSUM_MIN_BATCH batches, written batch innermost (or building
+    lists): the lanes' batch is the inputs' unit-stride axis, so grid_dot and grid_rowsum run
+    einsum's loop on the strided views instead of copying them for matmul. Values and gradients
+    equal eager's, the hand-written gradient's and finite differences, in float64."""
+    chosen = []
+    pays = _vectorize._batch_loop_pays
+    monkeypatch.setattr(_vectorize, "_batch_loop_pays", lambda ops: chosen.append(pays(ops)) or chosen[-1])
+    f = workloads.w1_loop_forms_code(wnp, wg.Buffer)[body]
+    a, bb, wts = w1_inputs(3, 5, 2, _vectorize._EINSUM_MIN_BATCH + 6)
+    eager = wg.value_and_grad(f, argnums=(0, 1))
+    got = wg.jit(eager)(a, bb, wts)
+    assert chosen and all(chosen), chosen
+    close(got, eager(a, bb, wts))
+    value, grads = workloads.w1_hand_einsum(a, bb, wts)
+    np.testing.assert_allclose(got[0], value, rtol=1e-12)
+    close(got[1], grads)
+    fd_check(lambda b: f(a, b, wts), (bb,))
+    # a C-order batch-first operand, or few batches: matmul as before
+    x = rng.normal(size=(70, 3, 5))
+    assert not pays((x, x.transpose(0, 2, 1).copy().transpose(0, 2, 1)))
+    strided = np.ascontiguousarray(np.moveaxis(x, 0, -1)).transpose(2, 0, 1)
+    assert pays((strided, strided)) and not pays((strided[:64], strided[:64]))
+
+
 @pytest.mark.parametrize("base", ["zeros", "values"])
 def test_grid_add_matches_add_at(base):
     r = np.random.default_rng(4)

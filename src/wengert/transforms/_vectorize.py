@@ -1423,15 +1423,43 @@ def _rows_view(x, start, axes_steps):
     return _strided_rows(x, start, tuple(size for size, _ in axes_steps), tuple(step for _, step in axes_steps))
 
 
-def _blas(a):
-    """``a`` (..., m, k) as NumPy's matmul hands it to BLAS: unit stride along one of its last two axes
-    and a positive one along the other; otherwise a contiguous copy (a reversed or broadcast view
-    would send the whole product down NumPy's own loops, 6x slower on W2's 128 (1, 256) @ (256, 32))."""
+def _blas_ready(a):
+    """Does NumPy's matmul hand ``a`` (..., m, k) to BLAS as it lies: unit stride along one of its last
+    two axes and a positive one along the other?"""
     size = a.itemsize
     (m, k), (sm, sk) = a.shape[-2:], a.strides[-2:]
-    if (sk == size and sm >= k * size and sm % size == 0) or (sm == size and sk >= m * size and sk % size == 0):
-        return a
-    return np.ascontiguousarray(a)
+    return (sk == size and sm >= k * size and sm % size == 0) or (sm == size and sk >= m * size and sk % size == 0)
+
+
+def _blas(a):
+    """``a`` (..., m, k) as NumPy's matmul hands it to BLAS: as it lies where it can (_blas_ready);
+    otherwise a contiguous copy (a reversed or broadcast view would send the whole product down
+    NumPy's own loops, 6x slower on W2's 128 (1, 256) @ (256, 32))."""
+    return a if _blas_ready(a) else np.ascontiguousarray(a)
+
+
+# Lanes whose batch axis (the grid axis both operands read) is the operands' unit-stride axis, as in
+# seed 000's loop written batch innermost (for i: for j: for k), read each item's matrix across
+# memory: BLAS needs a transposing copy first, which for many batches of a large operand costs more
+# than einsum's loop run along the batch itself, and einsum's result keeps the batch-last layout the
+# rest of the backward pass has. W1 16x (256 batches), line-timed: grid_dot (256, 16, 64) x (256,
+# 4, 64) 1983 us copied and matmul against 493 us einsum; grid_rowsum into b's rows from a (256,
+# 16, 64) operand 779 against 241; into b's rows from a's (256, 4, 64) 310 against 493, but its
+# C-order result then cost 800 us more to add to the other, batch-last, part of b's cotangent. Where
+# the large operand is one BLAS takes (W2's rowsum: a (128, 1, 256) strided cotangent against
+# (128, 256, 32) rows in C order), copying the small one wins: 177 against 552 us.
+_EINSUM_MIN_BATCH = 64
+
+
+def _batch_loop_pays(operands):
+    """Is einsum's loop on ``operands`` (batch, m, k) the better product: many batches, the largest
+    operand one BLAS cannot take as it lies, and each such operand with the batch on its
+    unit-stride axis?"""
+    if operands[0].shape[0] <= _EINSUM_MIN_BATCH:
+        return False
+    strided = [a for a in operands if not _blas_ready(a)]
+    return bool(strided) and max(a.size for a in strided) == max(a.size for a in operands) \
+        and all(a.strides[0] == a.itemsize for a in strided)
 
 
 def _grid_dot(x, y, plan):
@@ -1440,7 +1468,11 @@ def _grid_dot(x, y, plan):
     xv = _rows_view(x, plan.xstart, plan.xaxes)
     yv = _rows_view(y, plan.ystart, plan.yaxes)
     w = x.shape[1]
-    m = np.matmul(_blas(xv.reshape(plan.nb, plan.fx, w)), _blas(yv.reshape(plan.nb, plan.fy, w).transpose(0, 2, 1)))
+    xm, ym = xv.reshape(plan.nb, plan.fx, w), yv.reshape(plan.nb, plan.fy, w)
+    if _batch_loop_pays((xm, ym)):
+        m = np.einsum("bxw,byw->bxy", xm, ym, order="F")   # the batch stays the unit-stride axis
+    else:
+        m = np.matmul(_blas(xm), _blas(ym.transpose(0, 2, 1)))
     m = m.reshape(plan.split).transpose(plan.perm).reshape(plan.expand)
     if plan.broadcast:
         m = np.broadcast_to(m, plan.grid)
@@ -1663,7 +1695,12 @@ def _grid_rowsum(g, s, plan):
     gm = gv.reshape(plan.nb, plan.nf, plan.nc)
     sv = _strided_rows(s, plan.sstart, plan.sshape, plan.ssteps)
     sm = sv.reshape(plan.nb, plan.nc, -1)
-    out = gm * sm if plan.nc == 1 else np.matmul(_blas(gm), _blas(sm))   # nc == 1: an outer product per batch
+    if plan.nc == 1:
+        out = gm * sm   # an outer product per batch
+    elif _batch_loop_pays((gm, sm)):
+        out = np.einsum("bfc,bck->bfk", gm, sm, order="F")   # the batch stays the unit-stride axis
+    else:
+        out = np.matmul(_blas(gm), _blas(sm))
     return out.reshape(plan.split + s.shape[1:]).transpose(plan.perm).reshape((plan.rows,) + s.shape[1:])
 
 
