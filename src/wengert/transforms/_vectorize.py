@@ -2868,8 +2868,8 @@ def through_transposes(program):
                                eqn.source)
                     changed = True
         out.append(eqn)
-        for o in eqn.outs:
-            producers[o.id] = eqn
+        if eqn.prim is transpose or eqn.prim is index_add:   # the only producers looked up
+            producers[eqn.outs[0].id] = eqn
     return dce(Program(program.inputs, out, program.outputs)) if changed else program
 
 
@@ -2911,15 +2911,16 @@ def split_read_chains(program, fresh):
     """An ``index_add`` chain into zeros read only at ints of one axis (the backward of ``np.stack``,
     each input's cotangent ``ct[t]``), each link writing at an int on that axis: each read is the
     chain of the links that write there, into zeros without that axis."""
-    counts = use_counts(program.eqns, program.outputs)
-    producers, readers = {}, {}
+    producers, readers = {}, {}   # the producers of index_add results: the only ones looked up
     for k, eqn in enumerate(program.eqns):
-        if eqn.prim is getitem and type(eqn.args[0]) is Var and not _vars_in(eqn.params["index"], []):
-            inner = producers.get(eqn.args[0].id)
-            if inner is not None and inner.prim is index_add:
-                readers.setdefault(eqn.args[0].id, []).append(k)
-        for o in eqn.outs:
-            producers[o.id] = eqn
+        if eqn.prim is getitem and type(eqn.args[0]) is Var and eqn.args[0].id in producers \
+                and not _vars_in(eqn.params["index"], []):
+            readers.setdefault(eqn.args[0].id, []).append(k)
+        elif eqn.prim is index_add:
+            producers[eqn.outs[0].id] = eqn
+    if not readers:
+        return program
+    counts = use_counts(program.eqns, program.outputs)
     replaced, dropped = {}, set()
     for cid, ks in readers.items():
         chain = _zero_chain(producers[cid].outs[0], producers, counts, reads=len(ks))
@@ -2969,7 +2970,7 @@ def compose_basic_indexing(program, fresh):
     with ``v`` a chain of ``index_add`` into zeros as that chain added into ``base`` at the composed
     indices; a read of a stack at an int on its axis as a read of that input."""
     producers, out, dropped, changed = {}, [], set(), False
-    counts = use_counts(program.eqns, program.outputs)
+    counts = None   # read counts, taken when a chain first needs them
     inputs = {v.id for v in program.inputs if type(v) is Var}
     for eqn in program.eqns:
         if eqn.prim is getitem and type(eqn.args[0]) is Var:
@@ -2990,8 +2991,11 @@ def compose_basic_indexing(program, fresh):
                     if index is not None:
                         eqn = _eqn(getitem, (x,), {**eqn.params, "index": index}, eqn.outs, eqn.source)
                         changed = True
-        elif eqn.prim is index_add and len(eqn.args) == 2 and not _vars_in(eqn.params["index"], []):
+        elif eqn.prim is index_add and len(eqn.args) == 2 and type(eqn.args[1]) is Var \
+                and eqn.args[1].id in producers and not _vars_in(eqn.params["index"], []):
             base, v = eqn.args
+            if counts is None:
+                counts = use_counts(program.eqns, program.outputs)
             chain = _zero_chain(v, producers, counts)
             outer = _basic_axes(eqn.params["index"], base.shape) if chain is not None else None
             if outer is not None and chain[1].shape == tuple(a[2] for a in outer if type(a) is tuple) \
@@ -3011,8 +3015,8 @@ def compose_basic_indexing(program, fresh):
                     changed = True
                     continue
         out.append(eqn)
-        for o in eqn.outs:
-            producers[o.id] = eqn
+        if eqn.prim is getitem or eqn.prim is stack or eqn.prim is index_add:   # the only producers looked up
+            producers[eqn.outs[0].id] = eqn
     if not changed:
         return program
     return dce(Program(program.inputs, [e for e in out if e.outs[0].id not in dropped], program.outputs))
