@@ -1252,3 +1252,19 @@ def test_a_transpose_read_by_matrix_products_batched_over_its_unit_stride_axis_i
     got, want, text, _ = staged(other_axis, x, y, w, argnums=(0, 1))
     assert_trees_close(got, want)
     assert calls(text, "ascontiguousarray") == 0
+
+
+def test_no_copy_for_a_batched_product_whose_other_operand_is_also_a_transpose_past_the_matmul_bound():
+    """Past the einsum primitive's matmul bound (64 items) a product goes to ``np.matmul`` only when
+    both operands lie as BLAS takes them: with the other operand a transpose too (W1 16x under vmap,
+    ``b.T`` against ``a.T``, 256 items) a copy of one would only make einsum's loop run on mixed
+    layouts, so none is made."""
+    def f(a, b, w):
+        return wnp.sum(wnp.sin(wnp.einsum("bda,bca->bcd", wnp.transpose(a), wnp.transpose(wnp.tanh(b)))) * w)
+
+    a, b = rng.standard_normal((8, 6, 70)), rng.standard_normal((8, 3, 70))
+    w = rng.standard_normal((70, 3, 6))
+    got, want, text, _ = staged(f, a, b, w, argnums=(0, 1))
+    assert_trees_close(got, want)
+    assert calls(text, "ascontiguousarray") == 0, text
+    fd_check(f, (a, b, w), 1)

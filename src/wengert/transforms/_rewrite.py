@@ -1902,14 +1902,19 @@ def _contraction_layouts(eqns, inputs, fresh):
             axes = eqn.params.get("axes")
             axes = tuple(range(n))[::-1] if axes is None else tuple(a % n for a in axes)
             transposes[eqn.outs[0].id] = (eqn.outs[0], axes.index(n - 1))
-        for v, term, batch in _matmul_operands(eqn):
+        operands = _matmul_operands(eqn)
+        for i, (v, term, batch) in enumerate(operands):
             if v.id in transposes:
-                readers.setdefault(v.id, []).append((k, term, batch))
+                other = operands[1 - i][0]
+                items = int(np.prod([n for c, n in zip(term, v.shape) if c in batch], dtype=np.int64))
+                readers.setdefault(v.id, []).append((k, term, batch, other, items))
     copies = {}   # the first reader's position -> (view, its copy)
     for vid, found in readers.items():
         v, unit = transposes[vid]
-        if len(found) >= 2 and all(term[unit] in batch and term[-1] not in batch for _, term, batch in found):
-            copies[found[0][0]] = (v, fresh(v.shape, v.dtype), {k for k, _, _ in found})
+        if len(found) >= 2 and all(term[unit] in batch and term[-1] not in batch
+                                   and (items <= C._MATMUL_MAX_ITEMS or not _batch_on_unit_axis(other, transposes))
+                                   for _, term, batch, other, items in found):
+            copies[found[0][0]] = (v, fresh(v.shape, v.dtype), {k for k, *_ in found})
     if not copies:
         return eqns
     rename_at = {}
@@ -1923,6 +1928,14 @@ def _contraction_layouts(eqns, inputs, fresh):
             out.append(Eqn(_CONTIGUOUS, (v,), {}, (c,), (v,), eqn.source))
         out.append(renamed(eqn, rename_at[k]) if k in rename_at else eqn)
     return out
+
+
+def _batch_on_unit_axis(other, transposes):
+    """Is ``other`` (a product's other operand) itself a transpose of an array in C order, which BLAS
+    may not take as it lies? Past C._MATMUL_MAX_ITEMS items the einsum primitive hands a product to
+    ``np.matmul`` only when both operands lie as BLAS takes them; copying one of the two then gains
+    nothing and makes einsum's loop run on mixed layouts (W1 16x under vmap: 1.0 -> 4.2 ms)."""
+    return type(other) is Var and other.id in transposes
 
 
 def _shared_views(eqns, outputs):
