@@ -2840,9 +2840,10 @@ def through_transposes(program):
     producers, out, changed = {}, [], False
     counts = None
     for eqn in program.eqns:
-        if eqn.prim is getitem and type(eqn.args[0]) is Var and not _vars_in(eqn.params["index"], []):
+        if eqn.prim is getitem and type(eqn.args[0]) is Var:
             inner = producers.get(eqn.args[0].id)
-            if inner is not None and inner.prim is transpose and type(inner.args[0]) is Var:
+            if inner is not None and inner.prim is transpose and type(inner.args[0]) is Var \
+                    and not _vars_in(eqn.params["index"], []):
                 x = inner.args[0]
                 axes = inner.params.get("axes")
                 perm = list(range(len(x.shape)))[::-1] if axes is None else [a % len(x.shape) for a in axes]
