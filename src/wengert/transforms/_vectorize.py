@@ -200,7 +200,10 @@ def _read_columns(members):
     if e0.prim is not getitem or all(_same_index(e.params["index"], e0.params["index"]) for e in members):
         return None
     idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
-    if any(i is None for i in idxs) or any(_pattern(i) != _pattern(idxs[0]) for i in idxs):
+    if any(i is None for i in idxs):
+        return []
+    pattern = _pattern(idxs[0])
+    if any(_pattern(i) != pattern for i in idxs):
         return []
     return [[idx[a] for idx in idxs] for a, i in enumerate(idxs[0]) if type(i) is not slice]
 
@@ -909,8 +912,9 @@ class _Emitter:
         made = []
         columns = list(zip(*map(_ARGS, members)))   # the members' q-th operands, for each q
         found = {}   # q -> _positions of columns[q], computed once for _oriented and _batch
-        order = self._memory_order(gid, members, columns, found)
-        if order is None and self._oriented(gid, members, columns, found):
+        read = _read_columns(members) if len(members) >= 2 else None   # once for both
+        order = self._memory_order(gid, members, columns, found, read)
+        if order is None and self._oriented(gid, members, columns, found, read):
             order = np.arange(len(members) - 1, -1, -1)
         if order is not None and not np.array_equal(order, np.arange(len(order))):
             members = [members[k] for k in order.tolist()]
@@ -932,7 +936,7 @@ class _Emitter:
         self.class_of[ids] = gid
         self.position_of[ids] = np.arange(n)
 
-    def _oriented(self, gid, members, columns, found):
+    def _oriented(self, gid, members, columns, found, read):
         """The members in the order that reads their operands forward. A class's members are in
         program order, and the backward pass runs backward: its classes would read the forward
         classes' arrays, and the cotangents' elements, in reverse (reversed views, and strides a
@@ -941,11 +945,10 @@ class _Emitter:
         the positions in a class whose order was so decided, distinct variables by age) goes down
         and none goes up. A class with no such operand keeps its order, and does not count.
         True when the members are to be taken reversed; ``found`` receives the ``_positions`` of the
-        operand columns it looked at."""
+        operand columns it looked at; ``read``: ``_read_columns(members)``."""
         if len(members) < 2:
             return False
         down = up = False
-        read = _read_columns(members)
         if read is not None:
             if not read:
                 return False
@@ -975,7 +978,7 @@ class _Emitter:
             self.decided.add(gid)
         return down and not up
 
-    def _memory_order(self, gid, members, columns, found):
+    def _memory_order(self, gid, members, columns, found, read):
         """The members sorted by where they read, when a loop ran a grid of columns in an order other
         than memory's: ``for b: for t: np.dot(ys[0][:, b], ys[t][:, b])`` reads the lanes (b, t) of
         the steps' (t, b) columns, so its batched reads would be transposing copies and gathers,
@@ -983,13 +986,13 @@ class _Emitter:
         members that is neither in memory order nor reversed is taken in memory order (the base's
         position, then the index) and sets ``by_memory``; from then on every class is ordered so,
         or by its operands' positions (``_by_operands``), and the program is the one a loop in
-        memory order gives. None: ``_oriented`` decides."""
+        memory order gives. None: ``_oriented`` decides. ``read``: ``_read_columns(members)``."""
         if len(members) < 2:
             return None
-        keys = _read_columns(members)
-        if keys is not None:
-            if not keys:
+        if read is not None:
+            if not read:
                 return None
+            keys = list(read)   # a copy: _oriented reads ``read`` too
             bases = [e.args[0] for e in members]
             at = self._positions(bases)
             if at is not None:
