@@ -192,14 +192,22 @@ def _progression(values):
     return slice(start, stop if stop >= 0 else None, step)
 
 
-def _read_columns(members):
-    """For a class of reads at varying constant indices (``x[:, i, k]``): the ints of their indices,
-    one column (a value per member) per int position; [] where an index is not constant ints and
-    slices of one pattern. None for any other class."""
+def _read_indexes(members):
+    """For a class of reads at varying indices: each member's ``_const_index`` (None where it is not
+    constant). None for any other class."""
     e0 = members[0]
     if e0.prim is not getitem or all(_same_index(e.params["index"], e0.params["index"]) for e in members):
         return None
-    idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
+    return [_const_index(e.params["index"], e.args[0].shape) for e in members]
+
+
+def _read_columns(idxs):
+    """For a class of reads at varying constant indices (``x[:, i, k]``), given their
+    ``_read_indexes`` ``idxs``: the ints of their indices, one column (a value per member) per int
+    position; [] where an index is not constant ints and slices of one pattern. None for any other
+    class (``idxs`` None)."""
+    if idxs is None:
+        return None
     if any(i is None for i in idxs):
         return []
     pattern = _pattern(idxs[0])
@@ -912,7 +920,8 @@ class _Emitter:
         made = []
         columns = list(zip(*map(_ARGS, members)))   # the members' q-th operands, for each q
         found = {}   # q -> _positions of columns[q], computed once for _oriented and _batch
-        read = _read_columns(members) if len(members) >= 2 else None   # once for both
+        idxs = _read_indexes(members) if len(members) >= 2 else None   # once for the three
+        read = _read_columns(idxs)
         order = self._memory_order(gid, members, columns, found, read)
         if order is None and self._oriented(gid, members, columns, found, read):
             order = np.arange(len(members) - 1, -1, -1)
@@ -921,7 +930,9 @@ class _Emitter:
             columns = [[c[k] for k in order.tolist()] for c in columns]
             found = {q: (f if f is None else (f[0], f[1][order])) for q, f in found.items()}
             ids = ids[order]
-        result = self._batch(members, columns, found, made)
+            if idxs is not None:
+                idxs = [idxs[k] for k in order.tolist()]
+        result = self._batch(members, columns, found, made, idxs)
         if result is None:
             for eqn in members:
                 self.single(eqn)
@@ -945,7 +956,7 @@ class _Emitter:
         the positions in a class whose order was so decided, distinct variables by age) goes down
         and none goes up. A class with no such operand keeps its order, and does not count.
         True when the members are to be taken reversed; ``found`` receives the ``_positions`` of the
-        operand columns it looked at; ``read``: ``_read_columns(members)``."""
+        operand columns it looked at; ``read``: ``_read_columns`` of the members."""
         if len(members) < 2:
             return False
         down = up = False
@@ -986,7 +997,7 @@ class _Emitter:
         members that is neither in memory order nor reversed is taken in memory order (the base's
         position, then the index) and sets ``by_memory``; from then on every class is ordered so,
         or by its operands' positions (``_by_operands``), and the program is the one a loop in
-        memory order gives. None: ``_oriented`` decides. ``read``: ``_read_columns(members)``."""
+        memory order gives. None: ``_oriented`` decides. ``read``: ``_read_columns`` of the members."""
         if len(members) < 2:
             return None
         if read is not None:
@@ -1123,12 +1134,12 @@ class _Emitter:
         return out, np.array(positions, np.intp)
 
     # -- a class --
-    def _batch(self, members, columns, found, made):
+    def _batch(self, members, columns, found, made, idxs):
+        """``idxs``: the members' ``_read_indexes``."""
         e0 = members[0]
         n = len(members)
         source = _source(e0.source, n)
-        if e0.prim is getitem and not all(_same_index(e.params["index"], e0.params["index"]) for e in members):
-            idxs = [_const_index(e.params["index"], e.args[0].shape) for e in members]
+        if idxs is not None:
             if any(i is None for i in idxs):
                 return None  # integers among other index kinds (Ellipsis, arrays): left as they are
             return self._gather(members, idxs, made, source)
