@@ -548,10 +548,8 @@ def test_columns_read_where_used_contract_each_cotangent_term_per_column():
     a, bb, wts = w1_inputs(n, w, r, b)
     f = workloads.w1_loop_forms_code(wnp, wg.Buffer)["inline reads"]
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
-    eqns = lowered.program.eqns
     assert _count(lowered, "grid_rowsum") == 4
-    assert not any(len(e.outs[0].shape) >= 2 and e.outs[0].shape[-1] == w and np.prod(e.outs[0].shape[:-1]) == n * r * b
-                   for e in eqns if e.prim.name in ("multiply", "add"))
+    assert not _lane_products(lowered, n * r * b, w, prims=("multiply", "add"))
     fd_check(lambda a: f(a, bb, wts), (a,))
     fd_check(lambda bb: f(a, bb, wts), (bb,))
 
@@ -681,8 +679,7 @@ def test_a_norm_as_the_dot_of_a_column_with_itself_contracts_its_cotangent_per_c
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
     eqns = lowered.program.eqns
     assert _count(lowered, "grid_rowsum") == 4
-    assert not any(e.prim.name == "multiply" and len(e.outs[0].shape) >= 2 and e.outs[0].shape[-1] == w
-                   and np.prod(e.outs[0].shape[:-1]) == n * r * b for e in eqns)
+    assert not _lane_products(lowered, n * r * b, w)
     assert not any(e.prim.name == "grid_rowsum" and e.outs[0].shape[0] == n * r * b for e in eqns)
     fd_check(lambda a: f(a, bb, wts), (a,))
     fd_check(lambda bb: f(a, bb, wts), (bb,))
@@ -703,9 +700,10 @@ def _cosine_loop(norm):
     return f
 
 
-def _lane_products(lowered, lanes, w):
-    """The program's multiplies that form (lanes, w) arrays: one row per lane, not per column."""
-    return [e for e in lowered.program.eqns if e.prim.name == "multiply" and len(e.outs[0].shape) >= 2
+def _lane_products(lowered, lanes, w, prims=("multiply",)):
+    """The program's ``prims`` equations (multiplies) that form (lanes, w) arrays: one row per lane, not
+    per column."""
+    return [e for e in lowered.program.eqns if e.prim.name in prims and len(e.outs[0].shape) >= 2
             and e.outs[0].shape[-1] == w and np.prod(e.outs[0].shape[:-1]) == lanes]
 
 

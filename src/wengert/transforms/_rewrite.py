@@ -1912,7 +1912,7 @@ def _contraction_layouts(eqns, inputs, fresh):
     for vid, found in readers.items():
         v, unit = transposes[vid]
         if len(found) >= 2 and all(term[unit] in batch and term[-1] not in batch
-                                   and (items <= C._MATMUL_MAX_ITEMS or not _batch_on_unit_axis(other, transposes))
+                                   and (items <= C._MATMUL_MAX_ITEMS or not _is_transposed_read(other, transposes))
                                    for _, term, batch, other, items in found):
             copies[found[0][0]] = (v, fresh(v.shape, v.dtype), {k for k, *_ in found})
     if not copies:
@@ -1930,7 +1930,7 @@ def _contraction_layouts(eqns, inputs, fresh):
     return out
 
 
-def _batch_on_unit_axis(other, transposes):
+def _is_transposed_read(other, transposes):
     """Is ``other`` (a product's other operand) itself a transpose of an array in C order, which BLAS
     may not take as it lies? Past C._MATMUL_MAX_ITEMS items the einsum primitive hands a product to
     ``np.matmul`` only when both operands lie as BLAS takes them; copying one of the two then gains
