@@ -413,7 +413,8 @@ INDEXES = [  # name, index, argument shape
     ("x[int]", 1, (3, 4)), ("x[-1]", -1, (3, 4)), ("x[int, int]", (2, 1), (3, 4)),
     ("x[slice]", slice(1, 3), (3, 4)), ("x[::2, 1]", (slice(None, None, 2), 1), (3, 4)),
     ("x[::-1]", slice(None, None, -1), (4,)), ("x[None]", None, (3, 4)), ("x[..., 0]", (Ellipsis, 0), (2, 3, 4)),
-    ("x[1, ..., None]", (1, Ellipsis, None), (2, 3, 4)), ("x[bool mask]", _MASK, (3, 4)),
+    ("x[1, ..., None]", (1, Ellipsis, None), (2, 3, 4)), ("x[:, None, ...]", (slice(None), None, Ellipsis), (2, 3, 4)),
+    ("x[bool mask]", _MASK, (3, 4)),
     ("x[row mask]", np.array([True, False, True]), (3, 4)),
     ("x[int array] duplicates", np.array([0, 2, 0, 0]), (3, 4)), ("x[int list] duplicates", [1, 1, 2], (3, 4)),
     ("x[arr, arr]", (np.array([0, 1, 0]), np.array([2, 2, 2])), (3, 4)),
@@ -436,6 +437,11 @@ case("iterate rows", lambda x: wnp.stack([r * k for k, r in enumerate(x)]), real
 # --- Tracer methods and operators ------------------------------------------------------------------
 case(".sum()", lambda x: x.sum(), real(3, 4))
 case(".sum(axis)", lambda x: x.sum(axis=0, keepdims=True), real(3, 4))
+# 3-d sums: their cotangent is a read-only broadcast view (reductions._broadcast_view)
+case("sum(3-d, axis=(0, 2)) * w", lambda x: wnp.sum(x, axis=(0, 2)) * np.arange(1.0, 4.0), real(2, 3, 4))
+case("sum(3-d, axis=1, keepdims) * w", lambda x: wnp.sum(x, axis=1, keepdims=True) * np.arange(1.0, 5.0),
+     real(2, 3, 4))
+case("sum(3-d) * x", lambda x: wnp.sum(x) * x, real(2, 3, 4))
 case(".mean(axis)", lambda x: x.mean(1), real(3, 4))
 case(".prod(axis)", lambda x: x.prod(axis=1), near1(3, 4))
 case(".max()", lambda x: x.max(), distinct(3, 4))

@@ -278,16 +278,22 @@ def test_a_written_out_softmax_is_recorded_as_one_softmax(name):
     wg.check_grads(f, (X,), order=2)
 
 
-def test_the_softmax_rewrite_sits_on_the_unshifted_logits():
-    """max's and subtract's rules never run: the one softmax entry's parent is x itself."""
+@pytest.mark.parametrize("shape", [(3, 4), (12, 10)])
+def test_the_softmax_rewrite_sits_on_the_unshifted_logits(shape):
+    """max's and subtract's rules never run: the one softmax entry's parent is x itself (also past 64
+    elements, where subtract's entry keeps only x's shape)."""
+    x0 = RNG.standard_normal(shape)
+    w = RNG.standard_normal(shape)
     seen = {}
 
     def f(x):
-        out = wnp.sum(softmax_shifted(x) * X)
+        out = wnp.sum(softmax_shifted(x) * w)
         seen["parents"] = [e[4] for e in out._trace.tape if e[0] is not None and e[0].name == "nn.softmax_known"]
         return out
-    wg.grad(f)(X)
+    g = wg.grad(f)(x0)
     assert seen["parents"] == [((0, 0),)], seen
+    with wg.config.override(rewrites=False):
+        np.testing.assert_allclose(g, wg.grad(f)(x0), rtol=1e-9, atol=1e-12)
 
 
 SIGMOID_DIVISIONS = {

@@ -110,6 +110,10 @@ def accumulate(cts, owned, i, c):
             np.add(old, c, out=old)
         except TypeError:  # a complex contribution into a real buffer
             cts[i] = old + c
+    elif kind is np.ndarray and type(old) is np.ndarray and old.shape == c.shape and old.dtype == c.dtype \
+            and _sole(old):
+        old += c   # a rule's fresh array that only the pass holds (as _backward's inline case): no copy
+        owned[i] = 1
     else:
         new = old + c
         cts[i] = new

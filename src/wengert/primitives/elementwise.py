@@ -173,7 +173,22 @@ def _power(x, y):
     return np.power(x, y)
 
 
-power = defprim(_power, name="power", vjp=(lambda g, ans, x, y: unbroadcast(g * _power_slope(power, x, y), x.shape),
+def _compact(g):
+    """A plain ``g`` that is a broadcast view (a reduction's cotangent, zero strides) as the small
+    array it repeats, size 1 along the broadcast axes: ``c * _compact(g) * x`` then costs one pass
+    over ``x``'s size where ``g * (c * x)`` costs two. Any other ``g`` as it is."""
+    if type(g) is _ndarray and not g.flags.c_contiguous and g.ndim and 0 in g.strides:
+        return g[tuple([slice(0, 1) if s == 0 else slice(None) for s in g.strides])]
+    return g
+
+
+def _power_vjp_x(g, ans, x, y):
+    if (type(y) is int or type(y) is float) and y == 2 and type(x) is _ndarray:   # x ** 2, plain x
+        return unbroadcast((2 * _compact(g)) * x, x.shape)
+    return unbroadcast(g * _power_slope(power, x, y), x.shape)
+
+
+power = defprim(_power, name="power", vjp=(_power_vjp_x,
                            lambda g, ans, x, y: unbroadcast(g * ans * _safe_log(x), y.shape)),
                 jvp=(lambda t, ans, x, y: t * _power_slope(power, x, y), lambda t, ans, x, y: t * ans * _safe_log(x)),
                 batch=elementwise_rule, batched_vjp=True)

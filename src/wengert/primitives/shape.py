@@ -164,7 +164,22 @@ def _getitem_vjp(g, ans, x, index):
     if level is not None:   # indices that differ per example (vmap) or per call (jit): that level scatters
         zeros = _scatter_base(x.shape, x.dtype, g)
         return level.process(index_add, (zeros, g), [zeros, g], (), {"index": index})
+    if type(g) is np.ndarray and g.dtype == x.dtype and _new_axes_only(index):
+        return g.reshape(x.shape)   # x[:, None] reads every element once: g without the new axes (a view)
     return indexed_cotangent(index, g, x.shape, x.dtype)
+
+
+def _new_axes_only(index):
+    """Does ``x[index]`` only add size-1 axes to ``x`` (None, full slices and Ellipsis, one None at least)?"""
+    if type(index) is not tuple:
+        return index is None
+    new = False
+    for i in index:
+        if i is None:
+            new = True
+        elif not (i is Ellipsis or (type(i) is slice and i.start is None and i.stop is None and i.step is None)):
+            return False
+    return new
 
 
 getitem = defprim(_getitem, _getitem_vjp, name="getitem", linear=True, batch=getitem_rule, batched_vjp=True)
