@@ -175,7 +175,7 @@ def w1_spellings_code(np, Buffer=None):
 # columns are read, what the results are collected in, the loop order, how the work is split
 W1_LOOP_FORMS = ("inline reads", "normalized first", "lists+np.array", "x.at[].set", "loop order i,j,k",
                  "matrix-vector per (j,k)", "columns of a[..., k]", "np.split, enumerate", "np.moveaxis, iterate",
-                 "rows of a.T")
+                 "rows of a.T", "columns kept 2-D")
 
 
 def w1_loop_forms_code(np, Buffer=None, at=None):
@@ -287,8 +287,22 @@ def w1_loop_forms_code(np, Buffer=None, at=None):
                     out[i, j, k] = cos(bT[k][i], aT[k][j])
         return np.sum(softmax(out.freeze(), axis=0) * wts)
 
+    def columns_2d(a, b, wts):        # columns kept 2-D (W, 1) by slicing, dot products as (1, W) @ (W, 1)
+        W, R, B = a.shape
+        N = b.shape[1]
+        out = Buffer.zeros((N, R, B), a.dtype)
+        for k in range(B):
+            for j in range(R):
+                aj = a[:, j:j + 1, k]
+                na = np.sqrt((aj.T @ aj)[0, 0])
+                for i in range(N):
+                    bi = b[:, i:i + 1, k]
+                    out[i, j, k] = (bi.T @ aj)[0, 0] / (np.sqrt((bi.T @ bi)[0, 0]) * na)
+        return np.sum(softmax(out.freeze(), axis=0) * wts)
+
     return dict(zip(W1_LOOP_FORMS, (inline_reads, normalized_first, lists_array, at_set, loop_order_ijk,
-                                    matrix_vector, per_batch, split_enumerate, moveaxis_iterate, rows_of_transpose)))
+                                    matrix_vector, per_batch, split_enumerate, moveaxis_iterate, rows_of_transpose,
+                                    columns_2d)))
 
 
 
@@ -428,7 +442,7 @@ def w2_spellings_code(np, Buffer=None):
 
 # more ways to write seed 001's per-column loop (benchmarks/vectorize.py --more-loops)
 W2_LOOP_FORMS = ("inline, b outer", "lists+np.array", "einsum per column", "x.at[].set", "rows per step",
-                 "rows of y.T", "steps stacked, Y[t, :, b]")
+                 "rows of y.T", "steps stacked, Y[t, :, b]", "columns kept 2-D")
 
 
 def w2_loop_forms_code(np, Buffer=None, at=None):
@@ -490,8 +504,17 @@ def w2_loop_forms_code(np, Buffer=None, at=None):
                 z[t, b] = np.dot(Y[0, :, b], Y[t, :, b])
         return attend(z.freeze(), Hs, wts)
 
+    def columns_2d(Wm, bm, xs, Hs, wts):          # columns kept 2-D (out, 1) by slicing, (1, out) @ (out, 1)
+        ys = [Wm @ x + bm[:, None] for x in xs]
+        T, B = len(ys), ys[0].shape[1]
+        z = Buffer.zeros((T, B), Wm.dtype)
+        for t in range(T):
+            for b in range(B):
+                z[t, b] = (ys[0][:, b:b + 1].T @ ys[t][:, b:b + 1])[0, 0]
+        return attend(z.freeze(), Hs, wts)
+
     return dict(zip(W2_LOOP_FORMS, (inline, lists_array, einsum_columns, at_set, rows_per_step, rows_of_transpose,
-                                    steps_stacked)))
+                                    steps_stacked, columns_2d)))
 
 
 

@@ -1241,3 +1241,49 @@ def test_seed_001_read_from_the_stacked_steps_is_the_column_loop():
     assert _count(lowered, "scatter_add") == 0
     fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
     fd_check(lambda bm: f(Wm, bm, xs, Hs, wts), (bm,))
+
+
+# --- columns kept 2-D: x[:, j:j+1, k] and their (1, n) @ (n, 1) products ------------------------------
+def _unit_slice_reads(lowered):
+    """The program's reads at a one-element slice of a longer axis (a column read on its own)."""
+    found = 0
+    for e in lowered.program.eqns:
+        if e.prim.name == "getitem":
+            index = e.params["index"] if type(e.params["index"]) is tuple else (e.params["index"],)
+            found += any(type(i) is slice and i != slice(None) and len(range(n)[i]) == 1 < n
+                         for i, n in zip(index, e.args[0].shape))
+    return found
+
+
+def test_columns_kept_two_dimensional_are_read_and_scattered_as_columns():
+    # a[:, j:j+1, k] is a[:, j, k] reshaped, and its cotangent, added at the slice, is added at the int:
+    # reads and scatters at varying slice bounds were one equation per column (seed 000 so written:
+    # 2563 equations, 18x the hand-written gradient at the seed's size; seed 001: 25195, 12x)
+    f = workloads.w1_loop_forms_code(wnp, wg.Buffer)["columns kept 2-D"]
+    counts = []
+    for b in (8, 24):
+        a, bb, wts = w1_inputs(3, 4, 2, b)
+        step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+        close(step(a, bb, wts), workloads.w1_hand_einsum(a, bb, wts), rtol=1e-9)
+        lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
+        assert _unit_slice_reads(lowered) == 0
+        counts.append(lowered.eqns)
+    assert counts[0] == counts[1], counts   # the program does not grow with the loop
+    fd_check(lambda a: f(a, bb, wts), (a,))
+    fd_check(lambda bb: f(a, bb, wts), (bb,))
+    Wm, bm, xs, Hs, wts = _seed_001_inputs(8)
+    f = workloads.w2_loop_forms_code(wnp, wg.Buffer, at=wg.at)["columns kept 2-D"]
+    value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
+    close(wg.jit(wg.value_and_grad(f, argnums=(0, 1)))(Wm, bm, xs, Hs, wts), (value, grads), rtol=1e-9)
+    lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=5)
+    assert _unit_slice_reads(lowered) == 0
+    fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
+
+
+@pytest.mark.parametrize("index, shape", [((slice(None), slice(2, 3), 1), (4, 5, 6)), ((slice(3, 4),), (5, 2)),
+                                          ((Ellipsis, slice(0, 1)), (3, 2)), ((slice(4, 5, 2), 0), (6, 3))])
+def test_a_one_element_slice_reads_what_the_int_reads(index, shape):
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    ints = _vectorize._unit_slices_as_ints(index, shape)
+    np.testing.assert_array_equal(x[ints].reshape(x[index].shape), x[index])
+    assert _vectorize._unit_slices_as_ints((slice(None), 1), (4, 1)) is None   # nothing to change

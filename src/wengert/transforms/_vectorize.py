@@ -1293,7 +1293,7 @@ def vectorize(program, trace_type, stats=None, cut=None):
     fresh = _Fresh(program)
     # column reads' cotangents: chains of index_add; reads of reads (and their cotangents) composed
     eqns = fold_indexed_adds(through_transposes(program), index_add, add)
-    eqns = compose_basic_indexing(split_read_chains(eqns, fresh), fresh).eqns
+    eqns = unit_slices_as_ints(compose_basic_indexing(split_read_chains(eqns, fresh), fresh), fresh).eqns
     eqns = _collapse_writes(eqns, program.outputs, fresh)
     sigs = _signatures(eqns, program.inputs, program.outputs, fresh, cut)
     eqns = sigs.eqns
@@ -2976,6 +2976,74 @@ def split_read_chains(program, fresh):
         elif eqn.outs[0].id not in dropped:
             out.append(eqn)
     return dce(Program(program.inputs, out, program.outputs))
+
+
+def _read_shape(index, shape):
+    """The shape ``x[index]`` has, for a basic ``index`` on ``shape`` (None for any other)."""
+    axes = _basic_axes(index, shape)
+    return None if axes is None else tuple(a[2] for a in axes if type(a) is tuple)
+
+
+def _unit_slices_as_ints(index, shape):
+    """``index`` with each slice that keeps one element of a longer axis (``j:j + 1``) as the int
+    ``j``; None when it has no such slice or is not basic."""
+    axes = _basic_axes(index, shape)
+    if axes is None:
+        return None
+    ints = [a[0] if type(a) is tuple and a[2] == 1 and n > 1 else a for a, n in zip(axes, shape)]
+    return _index_of(ints, shape) if ints != axes else None
+
+
+def _covers(index, shape):
+    """Does the basic ``index`` pick every element of an array of ``shape`` (ints on axes of length
+    1 only, whole slices in order)?"""
+    axes = _basic_axes(index, shape)
+    return axes is not None and all(a == (0, 1, n) if type(a) is tuple else n == 1 for a, n in zip(axes, shape))
+
+
+def unit_slices_as_ints(program, fresh):
+    """A read at a one-element slice, ``x[:, j:j + 1, k]`` (a column kept 2-D, for ``u.T @ v``), as
+    the read at the int, ``x[:, j, k]``, reshaped to the slice's shape; and its cotangent,
+    ``index_add(acc, g, (:, j:j + 1, k))``, as ``g`` reshaped and added at the int. Reads and chains
+    at varying ints are what the classes batch (one gather, one scatter); slice bounds are not, and
+    each column was read, and its cotangent added, on its own (18x the hand-written gradient on
+    seed 000 written ``(b[:, i:i+1, k].T @ a[:, j:j+1, k])[0, 0]``)."""
+    out, changed = [], False
+    for eqn in program.eqns:
+        prim = eqn.prim
+        if (prim is getitem or prim is index_add) and not _vars_in(eqn.params["index"], []):
+            x = eqn.args[0]
+            shape = getattr(x, "shape", None)
+            if prim is index_add and type(x) is np.ndarray and (_is_zeros_view(x) or 0 < x.size <= 1024 and not x.any()) \
+                    and type(eqn.args[1]) is Var \
+                    and eqn.args[1].dtype == eqn.outs[0].dtype and _covers(eqn.params["index"], shape) \
+                    and eqn.args[1].shape == _read_shape(eqn.params["index"], shape):
+                # zeros written everywhere (the cotangent of ``(u.T @ v)[0, 0]``): the values reshaped
+                out.append(_eqn(reshape, (eqn.args[1],), {"shape": shape}, eqn.outs, eqn.source))
+                changed = True
+                continue
+            index = None if shape is None else _unit_slices_as_ints(eqn.params["index"], shape)
+            if index is not None:
+                res = eqn.outs[0]
+                kept = _read_shape(index, shape)
+                if prim is getitem:
+                    picked = fresh(kept, res.dtype)
+                    out.append(_eqn(getitem, (x,), {**eqn.params, "index": index}, (picked,), eqn.source))
+                    out.append(_eqn(reshape, (picked,), {"shape": res.shape}, (res,), eqn.source))
+                    changed = True
+                    continue
+                g = eqn.args[1]
+                if np.shape(g) == _read_shape(eqn.params["index"], shape):   # not a broadcast value
+                    if type(g) is Var:
+                        flat = fresh(kept, g.dtype)
+                        out.append(_eqn(reshape, (g,), {"shape": kept}, (flat,), eqn.source))
+                    else:
+                        flat = np.reshape(g, kept)
+                    out.append(_eqn(index_add, (x, flat), {**eqn.params, "index": index}, eqn.outs, eqn.source))
+                    changed = True
+                    continue
+        out.append(eqn)
+    return Program(program.inputs, out, program.outputs) if changed else program
 
 
 def compose_basic_indexing(program, fresh):
