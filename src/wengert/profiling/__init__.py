@@ -86,8 +86,10 @@ def profile(f, *args, argnums=0, has_aux=False, repeat=5, detail_runs=2, max_sec
     return report
 
 
-# Staging costs about this much per recorded operation (forward equation plus its backward
-# equations; benchmarks/jit.py table 2 measures 46-80 us per traced equation, ~2-3 per operation)
+# Staging costs about this much per recorded operation, with a margin: each operation stages its
+# forward equation and its backward ones (W1's seed loop: 33k equations from 10k operations), and
+# benchmarks/jit.py's first-call table measures 12-23 us per staged equation on a quiet machine;
+# the whole first call measured 94-112 us per operation on the seed loops with other work running.
 STAGING_PER_OPERATION_S = 150e-6
 
 
