@@ -458,3 +458,58 @@ def test_overlapping_reads_in_a_loop_sum_their_cotangents():
     x = np.random.default_rng(5).standard_normal((4, 3))
     wg.check_grads(f, (x,))
     wg.check_grads(lambda x: f(x) * (1 + 2j), (x,))   # complex cotangents into the real x's buffer
+
+
+# --- temporaries: an operator's result written into a temporary operand (trace.reusable_operand) ---
+def _reused(monkeypatch):
+    """Record, per operator call on a temporary, whether its result went into the operand's array."""
+    import wengert.numpy._methods as methods
+    from wengert.core import trace
+    seen = []
+
+    def spy(prim, t, other, position):
+        out = trace.reusable_operand(prim, t, other, position)
+        seen.append((prim.name, out is not None))
+        return out
+    monkeypatch.setattr(methods, "reusable_operand", spy)
+    return seen
+
+
+BIG = np.random.default_rng(7).standard_normal((200, 200))   # 320 KB: past trace.ELIDE_BYTES
+W_BIG = np.random.default_rng(8).standard_normal((200, 200))
+
+
+def test_a_temporary_operand_takes_the_result(monkeypatch):
+    seen = _reused(monkeypatch)
+    value, g = wg.value_and_grad(lambda x: wnp.sum((1 - x * 2 + 1) * W_BIG))(BIG)
+    assert ("add", True) in seen and ("multiply", True) in seen, seen
+    np.testing.assert_allclose(value, np.sum((2 - BIG * 2) * W_BIG), rtol=1e-12)
+    np.testing.assert_allclose(g, -2 * W_BIG, rtol=1e-12)
+
+
+def test_named_and_listed_operands_are_never_written(monkeypatch):
+    seen = _reused(monkeypatch)
+
+    def f(x):
+        y = x * 2
+        z = y + 1                 # y is named: z is a new array
+        ys = [x * 3, x * 4]
+        s = sum(ys)               # builtin sum: its running total is a temporary, the list's items are not
+        np.testing.assert_array_equal(y.value, BIG * 2)
+        np.testing.assert_array_equal(ys[0].value, BIG * 3)
+        np.testing.assert_array_equal(ys[1].value, BIG * 4)
+        return wnp.sum(z * y) + wnp.sum(s * W_BIG)
+    value, g = wg.value_and_grad(f)(BIG)
+    assert ("add", True) in seen, seen                           # (0 + ys[0]) + ys[1]
+    np.testing.assert_allclose(value, np.sum((2 * BIG + 1) * 2 * BIG) + np.sum(7 * BIG * W_BIG), rtol=1e-12)
+    np.testing.assert_allclose(g, 2 * (4 * BIG + 1) + 7 * W_BIG, rtol=1e-12)
+
+
+def test_an_operand_the_rules_read_is_not_written(monkeypatch):
+    """x * y of two traced temporaries keeps both for the other's rule: neither takes the result
+    (the product, times a constant, then does: the entry keeps the constant)."""
+    seen = _reused(monkeypatch)
+    value, g = wg.value_and_grad(lambda x: wnp.sum((x + 1) * (x - 1) * W_BIG))(BIG)
+    assert seen == [("multiply", False), ("multiply", True)], seen
+    np.testing.assert_allclose(g, 2 * BIG * W_BIG, rtol=1e-12)
+    wg.check_grads(lambda x: wnp.sum((x + 1) * (x - 1) * W_BIG), (BIG,), order=1)

@@ -570,13 +570,14 @@ def _rule_reads(rules):
 _ndarray = np.ndarray
 
 
-def bind(prim, args, params):
+def bind(prim, args, params, into=None):
     """Run ``prim`` on arguments some of which are tracers, recording one tape entry at the top level.
 
     This is the cost wengert adds to every operation, so the one- and two-argument cases are
     spelled out (which arguments are traced, as the bit mask ``traced``, and whether a value of an
     outer level remains, ``nested``, fall out of the same tests), and a tracer is built without an
-    ``__init__`` call.
+    ``__init__`` call. ``into``: an operand's array the two-argument ufunc writes its result into
+    (``reusable_operand``).
     """
     n = len(args)
     if n == 1:
@@ -658,7 +659,7 @@ def bind(prim, args, params):
     elif params:
         ans = prim.impl(*vals, **params)
     elif n == 2:
-        ans = prim.impl(vals[0], vals[1])
+        ans = prim.impl(vals[0], vals[1]) if into is None else prim.impl(vals[0], vals[1], out=into)
     elif n == 1:
         ans = prim.impl(vals[0])
     else:
@@ -697,6 +698,62 @@ def bind(prim, args, params):
     out._trace = trace
     out.index = index
     return out
+
+
+# NumPy writes the result of ``a + b`` into a temporary operand's memory (temporary elision) when
+# the operand is at least this large: the result then stays in cache. On a tape every operand is held
+# by its tracer, so NumPy never can; ``reusable_operand`` does it for the operators instead.
+ELIDE_BYTES = 1 << 18
+
+
+def _value_refs():
+    """References to an array held only by a tracer's ``value``, as ``reusable_operand`` counts them
+    (the attribute, one local name, getrefcount's argument) on this interpreter."""
+    holder = _new(Tracer)
+    holder.value = np.empty(1)
+    va = holder.value
+    return _getrefcount(va)
+
+
+_getrefcount = sys.getrefcount
+_VALUE_REFS = _value_refs()
+
+
+def reusable_operand(prim, t, other, position):
+    """The array of tracer ``t`` (operand ``position`` of ``prim``, a two-argument ufunc called
+    through an operator on a temporary ``t``) into which the result may be written: an array of at
+    least ``ELIDE_BYTES`` that only ``t`` holds (no tape entry, view or name), of the result's dtype
+    and shape, on a plain reverse level whose entry for this call keeps no more than its shape; else
+    None."""
+    trace = t._trace
+    va = t.value
+    if type(va) is not _ndarray or va.nbytes < ELIDE_BYTES or _getrefcount(va) != _VALUE_REFS \
+            or va.base is not None or not va.flags.writeable or trace.guard is not None or trace.computes:
+        return None
+    if type(other) is Tracer:
+        if other._trace is not trace:
+            return None
+        vb = other.value
+        traced = 3
+    else:
+        vb = other
+        traced = 1 << position
+    if type(vb) is _ndarray:
+        shape = va.shape
+        if vb.ndim > len(shape) or any(m != 1 and m != n for m, n in zip(vb.shape[::-1], shape[::-1])):
+            return None
+    elif type(vb) is not float and type(vb) is not int and not isinstance(vb, np.generic):
+        return None
+    if np.result_type(va, vb) != va.dtype:
+        return None
+    plans = prim.plans
+    if plans is None or prim.arity != 2:
+        return None
+    trims = (plans.get(traced) or prim.plan(traced))[1]
+    if trims is None:
+        return None
+    drop, spare, metadata = trims
+    return va if position in drop or position in spare or position in metadata else None
 
 
 def apply(prim, vals, params):

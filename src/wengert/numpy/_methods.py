@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.errors import NoDerivativeError
 from ..core.mutation import check_not_stale, setitem_method, stale_guard
-from ..core.trace import SMALL, Metadata, Tracer, bind, unbox
+from ..core.trace import SMALL, Metadata, Tracer, bind, reusable_operand, unbox
 from ..primitives import contractions as C
 from ..primitives import elementwise as E
 from ..primitives import shape as S
@@ -196,16 +196,46 @@ def _array_function(self, func, types, args, kwargs):
 def _operator(prim, reflected):
     """``self <op> other`` on a tracer (``other <op> self`` when ``reflected``: ``__radd__`` and the
     like): straight to bind (``self`` is traced, so Primitive's own test for tracers is already
-    answered), after the primitive's rewrite hook if it has one."""
+    answered), after the primitive's rewrite hook if it has one. On a temporary ``self`` (nothing
+    else references it: ``x * y + z``) of the four arithmetic ufuncs, the result may be written into
+    its array, as NumPy's own operators do with temporaries (``reusable_operand``)."""
+    position = 1 if reflected else 0
+    elide = _TEMPORARY_REFS is not None and prim in (E.add, E.subtract, E.multiply, E.divide)
+
     def op(self, other):
+        temporary = elide and _getrefcount(self) == _TEMPORARY_REFS
         args = (other, self) if reflected else (self, other)
         rewrite = prim.rewrite
         if rewrite is not None:
             out = rewrite(*args)
             if out is not None:
                 return out
+        if temporary:
+            into = reusable_operand(prim, self, other, position)
+            if into is not None:
+                return bind(prim, args, {}, into)
         return bind(prim, args, {})
     return op
+
+
+_getrefcount = sys.getrefcount
+
+
+def _temporary_refs():
+    """References to an operator method's ``self`` counted first thing in the method when the
+    operand is a temporary (``f() + 1``: the caller's stack, the parameter, getrefcount's argument),
+    or None when a named operand (``x + 1``) counts no more on this interpreter (then nothing tells
+    them apart, and no result is written into an operand)."""
+    class Probe:
+        def __add__(self, other):
+            return _getrefcount(self)
+
+    named = Probe()
+    temporary, held = Probe() + 1, named + 1
+    return temporary if temporary < held else None
+
+
+_TEMPORARY_REFS = _temporary_refs()
 
 
 def _compare(op):
