@@ -163,8 +163,8 @@ def _key(x):
                     parts.append(("slice", a, b, c))
                 else:
                     parts.append(_key(v))
-            elif u is np.ndarray:
-                parts.append(("id", id(v)))
+            elif u is np.ndarray:   # by identity; a 0-d integer one (np.take's index at an int) by value
+                parts.append(("int", v.dtype.str, int(v)) if v.ndim == 0 and v.dtype.kind in "iu" else ("id", id(v)))
             else:
                 parts.append(_key(v))
         return (t, tuple(parts))
