@@ -27,7 +27,8 @@ import numpy as np
 
 
 class Var:
-    """A value of the program: defined once, by an input or an equation."""
+    """A value of the program: defined once, by an input or an equation. One object per variable
+    (every equation reads the object its producer defined), so passes may hash Vars by identity."""
 
     __slots__ = ("id", "shape", "dtype")
 
@@ -210,16 +211,16 @@ def cse(program, multiply=None):
     ``multiply``: also drop ``x * 1`` as :func:`drop_identities` does, in the same walk over the
     program (one walk fewer over a loop's hundreds of thousands of equations)."""
     rename = {}
+    gone = set()   # the renamed Vars themselves (one object per variable): one C-level test per equation
+    disjoint = gone.isdisjoint
     seen = {}
+    setdefault = seen.setdefault
     kept = []
     append = kept.append
     returned = {v.id for v in program.outputs if type(v) is Var} if multiply is not None else ()
     for eqn in program.eqns:
-        if rename:
-            for v in eqn.uses:
-                if v.id in rename:
-                    eqn = _renamed(eqn, rename)
-                    break
+        if gone and not disjoint(eqn.uses):
+            eqn = _renamed(eqn, rename)
         prim = eqn.prim
         args = eqn.args
         params = eqn.params
@@ -227,6 +228,7 @@ def cse(program, multiply=None):
             x = _identity_operand(eqn, returned)
             if x is not None:
                 rename[eqn.outs[0].id] = x
+                gone.add(eqn.outs[0])
                 continue
         try:
             n = len(args)
@@ -238,12 +240,13 @@ def cse(program, multiply=None):
         except _Unhashable:
             append(eqn)
             continue
-        first = seen.setdefault(key, eqn)   # one hash of the key (tuples do not keep theirs)
+        first = setdefault(key, eqn)   # one hash of the key (tuples do not keep theirs)
         if first is eqn:
             append(eqn)
         else:
             for o, f in zip(eqn.outs, first.outs):
                 rename[o.id] = f
+                gone.add(o)
     outputs = [substitute(v, rename) for v in program.outputs] if rename else program.outputs
     return Program(program.inputs, kept, outputs)
 
@@ -621,8 +624,8 @@ def hoist_reads(program, scatter_set, getitem):
     return Program(program.inputs, order, program.outputs)
 
 
-_ID = operator.attrgetter("id")
 _USES = operator.attrgetter("uses")
+_PRIM = operator.attrgetter("prim")
 
 
 def _all_zero(a):
@@ -632,46 +635,62 @@ def _all_zero(a):
     return not a.any()
 
 
+def _positions(prims, prim):
+    """The positions where ``prim`` occurs in ``prims`` (an iterable of primitives), found without a
+    Python-level step per equation."""
+    return itertools.compress(itertools.count(), map(operator.is_, prims, itertools.repeat(prim)))
+
+
+def _without(eqns, dropped):
+    """``eqns`` less the positions ``dropped`` (few), copied by slices."""
+    out, start = [], 0
+    for k in sorted(dropped):
+        out += eqns[start:k]
+        start = k + 1
+    out += eqns[start:]
+    return out
+
+
 def fold_indexed_adds(program, index_add, add):
     """``t = index_add(zeros, g, i); s = add(acc, t)`` (t read once) becomes ``s = index_add(acc, g, i)``:
     the backward pass of a column read adds into the accumulated cotangent, not via a dense zero array."""
-    scattered = {}
-    adds = []
-    for eqn in program.eqns:
-        prim = eqn.prim
-        if prim is index_add and type(eqn.args[0]) is np.ndarray and _all_zero(eqn.args[0]):
-            scattered[eqn.outs[0].id] = eqn
-        elif prim is add and not eqn.params:
-            adds.append(eqn)
-    if not any(type(a) is Var and a.id in scattered for eqn in adds for a in eqn.args):
-        return program   # no add reads a scatter (seed 000's loop: the reads' cotangents chain as index_adds)
-    # the reads of the scatters only, counted without leaving C (filtered by dict membership)
-    counts = collections.Counter(filter(scattered.__contains__,
-                                        map(_ID, itertools.chain.from_iterable(map(_USES, program.eqns)))))
-    counts.update(v.id for v in program.outputs if type(v) is Var)
-    scattered = {i: eqn for i, eqn in scattered.items() if counts[i] == 1}
+    eqns = program.eqns
+    prims = list(map(_PRIM, eqns))
+    scattered = {}   # each scatter into zeros's result (a Var: one object per variable) -> its position
+    for k in _positions(prims, index_add):
+        eqn = eqns[k]
+        if type(eqn.args[0]) is np.ndarray and _all_zero(eqn.args[0]):
+            scattered[eqn.outs[0]] = k
     if not scattered:
         return program
-    folded = set()  # the scatters now done by the add that read them (their one use): dropped
-    out = []
-    for eqn in program.eqns:
-        if eqn.prim is add and not eqn.params:
-            a, b = eqn.args
-            result = eqn.outs[0]
-            for acc, t in ((a, b), (b, a)):
-                if type(t) is Var and t.id in scattered and type(acc) is Var and acc is not t \
-                        and acc.shape == result.shape == t.shape and acc.dtype == result.dtype:
-                    src = scattered[t.id]
-                    g = src.args[1]
-                    uses = tuple(v for v in (acc, g) if type(v) is Var) + tuple(
-                        v for v in src.uses if v is not g and v is not src.args[0])
-                    eqn = Eqn(index_add, (acc, g), src.params, eqn.outs, uses, eqn.source or src.source)
-                    folded.add(t.id)
-                    break
-        out.append(eqn)
-    if folded:
-        out = [eqn for eqn in out if not (eqn.prim is index_add and eqn.outs[0].id in folded)]
-    return Program(program.inputs, out, program.outputs)
+    adds = [k for k in _positions(prims, add)
+            if not eqns[k].params and any(type(a) is Var and a in scattered for a in eqns[k].args)]
+    if not adds:
+        return program   # no add reads a scatter (seed 000's loop: the reads' cotangents chain as index_adds)
+    # the reads of the scatters only, counted without leaving C (filtered by set membership)
+    counts = collections.Counter(filter(scattered.__contains__, itertools.chain.from_iterable(map(_USES, eqns))))
+    counts.update(v for v in program.outputs if type(v) is Var)
+    out = None
+    folded = []   # the scatters now done by the add that read them (their one use): dropped
+    for k in adds:
+        eqn = eqns[k]
+        a, b = eqn.args
+        result = eqn.outs[0]
+        for acc, t in ((a, b), (b, a)):
+            if type(t) is Var and t in scattered and counts[t] == 1 and type(acc) is Var and acc is not t \
+                    and acc.shape == result.shape == t.shape and acc.dtype == result.dtype:
+                src = eqns[scattered[t]]
+                g = src.args[1]
+                uses = tuple(v for v in (acc, g) if type(v) is Var) + tuple(
+                    v for v in src.uses if v is not g and v is not src.args[0])
+                if out is None:
+                    out = list(eqns)
+                out[k] = Eqn(index_add, (acc, g), src.params, eqn.outs, uses, eqn.source or src.source)
+                folded.append(scattered[t])
+                break
+    if out is None:
+        return program
+    return Program(program.inputs, _without(out, folded), program.outputs)
 
 
 def _into_operand(eqn, owned, fits):

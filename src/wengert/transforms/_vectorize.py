@@ -324,6 +324,38 @@ def _users(eqns, wanted):
     return users
 
 
+def _link(index, shape, adding):
+    """``(_const_index(index, shape, adding), its _pattern)`` for a write of a chain (ints, one
+    element or block per write, or, ``adding``, the same block each time: one of ints and Nones),
+    else None. Its commonest case (ints and slices of ints) in one step over the index."""
+    idx = index if type(index) is tuple else (index,)
+    out, pattern = [], []
+    axis, ndim = 0, len(shape)
+    for i in idx:
+        t = type(i)
+        if axis >= ndim:
+            break
+        if t is int:
+            n = shape[axis]
+            if not -n <= i < n:
+                return None
+            out.append(i % n)
+            pattern.append("int")
+        elif t is slice and (i.start is None or type(i.start) is int) and (i.stop is None or type(i.stop) is int) \
+                and (i.step is None or type(i.step) is int):
+            out.append(i)
+            pattern.append((i.start, i.stop, i.step))
+        else:
+            break
+        axis += 1
+    else:
+        return (tuple(out), tuple(pattern)) if "int" in pattern else None
+    idx = _const_index(index, shape, new_axes=adding)
+    if idx is not None and (None in idx) + (int in map(type, idx)) == 1:
+        return idx, _pattern(idx)
+    return None
+
+
 def _collapse_writes(eqns, outputs, fresh):
     writes = _writes(eqns)
     if not writes:
@@ -331,19 +363,18 @@ def _collapse_writes(eqns, outputs, fresh):
     eqns, writes = _set_after_zero(eqns, outputs, writes)
     out_ids = {v.id for v in outputs if type(v) is Var}
     links, patterns = {}, {}
-    states = []
+    states = set()
     for k in writes:
         eqn = eqns[k]
         base = eqn.args[0]
         if type(base) is Var or type(base) is np.ndarray:
-            idx = _const_index(eqn.params["index"], base.shape, new_axes=eqn.prim is index_add)
-            if idx is not None and (None in idx) + (int in map(type, idx)) == 1:
-                links[k] = idx  # ints (one element or block per write) or, adding, the same block each time
-                patterns[k] = _pattern(idx)
-                states.append(eqn.outs[0].id)
+            found = _link(eqn.params["index"], base.shape, eqn.prim is index_add)
+            if found is not None:
+                links[k], patterns[k] = found
+                states.add(eqn.outs[0].id)
     if not states:
         return eqns
-    users = _users(eqns, set(states))
+    users = _users(eqns, states)
     taken = set()
     replaced = {}
     removed = []
@@ -399,12 +430,16 @@ def _collapse_writes(eqns, outputs, fresh):
             replaced[j] = (Eqn(getitem, (base,), eqn.params, eqn.outs, uses, eqn.source),)
     if not replaced:
         return eqns
-    slots = list(zip(eqns))   # each equation as a 1-tuple: the new program is their concatenation
+    keep = bytearray(b"\x01") * len(eqns)   # the equations kept as they are, copied between the replaced ones
     for k in removed:
-        slots[k] = ()
-    for k, new in replaced.items():
-        slots[k] = new
-    return list(itertools.chain.from_iterable(slots))
+        keep[k] = 0
+    out, start = [], 0
+    for k in sorted(replaced):
+        out += itertools.compress(eqns[start:k], keep[start:k])
+        out += replaced[k]
+        start = k + 1
+    out += itertools.compress(eqns[start:], keep[start:])
+    return out
 
 
 def _made_by(eqns):
