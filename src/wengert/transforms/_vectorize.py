@@ -463,8 +463,16 @@ def _form(v, producers, depth=3):
 
 
 def _chain_keys(links, chain):
-    """The element each write of a chain lands on: its index's ints (``links``: the constant indices)."""
-    return [tuple(i for i in links[k] if type(i) is not slice) for k in chain]
+    """The element each write of a chain lands on: its index's ints (``links``: the constant indices,
+    of one pattern along a chain, so the ints' places are read off its first)."""
+    at = [a for a, i in enumerate(links[chain[0]]) if type(i) is not slice]
+    if len(at) == 1:
+        a = at[0]
+        return [(links[k][a],) for k in chain]
+    if not at:
+        return [()] * len(chain)
+    get = operator.itemgetter(*at)
+    return [get(links[k]) for k in chain]
 
 
 def _computations(links, chain, values, producers):

@@ -39,7 +39,7 @@ from ..core import backward as _backward
 from ..core.backward import is_plain_basic
 from ..core import tree
 from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError, run_user
-from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root
+from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root, stale_guard
 from ..core.trace import (Primitive, ReverseTrace, Trace, Tracer, close_level, make_tracer,
                           open_level, open_levels, unbox)
 from ..primitives import _table
@@ -218,10 +218,7 @@ class StagingTrace(Trace):
             self.lent = None
         if self.written is not None:
             # only a value made before the latest write can be a view that a write overtook
-            last = self.last_write
-            for a in args:
-                if type(a) is Tracer and a._trace is self and a.index < last:
-                    check_not_stale(self, (a,), prim)
+            stale_guard(self, args, prim)
         if prim is broadcast_to and impl is None:
             x = args[0]
             if type(x) is Tracer and x._trace is self and x.index not in self.pending:
