@@ -1289,19 +1289,29 @@ def test_a_one_element_slice_reads_what_the_int_reads(index, shape):
     assert _vectorize._unit_slices_as_ints((slice(None), 1), (4, 1)) is None   # nothing to change
 
 
-def test_columns_read_through_np_take_at_an_int_are_the_column_loop():
-    # np.take(b, i, axis=1) reads b[:, array(i)]: the same elements as b[:, i], so equal reads are one
-    # read (CSE keys a 0-d integer index by its value, not its identity) and the reads and their
-    # cotangents are at ints: the column loop's program (was 6302 equations, 134x the hand-written
-    # gradient at the seed's size: each trip's read and scatter on its own)
-    f = workloads.w1_loop_forms_code(wnp, wg.Buffer)["np.take, then the column"]
+@pytest.mark.parametrize("index", [(slice(None), np.array([2]), 1), (np.array([-1]), Ellipsis), (Ellipsis, np.array([3])),
+                                   (slice(None), 1, np.array([0])), (slice(None), None, 2, None), (None, Ellipsis, 1)])
+def test_an_index_array_of_one_int_and_new_axes_read_what_the_basic_index_reads(index):
+    x = np.arange(4 * 5 * 6).reshape(4, 5, 6)
+    basic = _vectorize._basic_form(index, x.shape)
+    np.testing.assert_array_equal(x[basic].reshape(x[index].shape), x[index])
+    assert _vectorize._basic_form((np.array([1]), slice(None), 2), x.shape) is None   # NumPy moves the array's axis
+
+
+@pytest.mark.parametrize("form", ["np.take, then the column", "list index, raveled"])
+def test_columns_read_at_index_arrays_of_one_int_are_the_column_loop(form):
+    # np.take(b, i, axis=1) reads b[:, array(i)], b[:, [i], k] reads b[:, i:i+1, k]: the same elements
+    # as b[:, i] and b[:, i, k], so equal reads are one read (CSE keys a small integer index by its
+    # value, not its identity) and the reads and their cotangents are at ints: the column loop's
+    # program (was 6302 and 5578 equations, 134x and 49x the hand-written gradient at the seed's
+    # size: each trip's read and scatter on its own)
+    f = workloads.w1_loop_forms_code(wnp, wg.Buffer)[form]
     columns = workloads.w1_loop_forms_code(wnp, wg.Buffer)["columns of a[..., k]"]
     a, bb, wts = w1_inputs(3, 4, 2, 12)
     step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
     close(step(a, bb, wts), workloads.w1_hand_einsum(a, bb, wts), rtol=1e-9)
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
     assert lowered.eqns <= wg.jit(wg.value_and_grad(columns, argnums=(0, 1))).lower(a, bb, wts).eqns, lowered.eqns
-    assert not any(type(i) is np.ndarray for e in lowered.program.eqns if e.prim.name == "getitem"
-                   for i in (e.params["index"] if type(e.params["index"]) is tuple else (e.params["index"],))
-                   if type(i) is np.ndarray and i.ndim == 0)
+    assert not any(type(i) is np.ndarray and i.size == 1 for e in lowered.program.eqns if e.prim.name == "getitem"
+                   for i in (e.params["index"] if type(e.params["index"]) is tuple else (e.params["index"],)))
     fd_check(lambda bb: f(a, bb, wts), (bb,))

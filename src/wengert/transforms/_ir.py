@@ -164,8 +164,9 @@ def _key(x):
                     parts.append(("slice", a, b, c))
                 else:
                     parts.append(_key(v))
-            elif u is np.ndarray:   # by identity; a 0-d integer one (np.take's index at an int) by value
-                parts.append(("int", v.dtype.str, int(v)) if v.ndim == 0 and v.dtype.kind in "iu" else ("id", id(v)))
+            elif u is np.ndarray:   # by identity; a small integer one (an index: np.take's, a list's) by value
+                parts.append(("ints", v.dtype.str, v.shape, tuple(v.ravel().tolist()))
+                             if v.dtype.kind in "iu" and v.size <= 16 else ("id", id(v)))
             else:
                 parts.append(_key(v))
         return (t, tuple(parts))

@@ -50,7 +50,8 @@ from ..primitives.elementwise import add, multiply, subtract
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
 from ..primitives.shape import broadcast_to, getitem, index_add, reshape, stack, transpose
-from ._ir import Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, producers_of, substitute, use_counts
+from ._ir import (Eqn, Program, Var, _InPlace, cse, dce, fold_indexed_adds, producers_of, renamed, substitute,
+                  use_counts)
 
 # Smaller classes stay as they are: a batched call and its gathers cost about what a few small calls
 # do. Classes of small results (a loop of few, short columns) are batched from two members up: their
@@ -3037,6 +3038,33 @@ def _unit_slices_as_ints(index, shape):
     return _index_of(ints, shape) if ints != axes else None
 
 
+def _basic_form(index, shape):
+    """``index`` without its new axes (where it also has ints), and with a one-element integer array
+    (``x[:, [i], k]``) that is the only array, its int neighbours adjacent, as the slice ``i:i + 1``:
+    the same elements, in the same order, in a result that differs only by axes of length 1. None
+    when ``index`` has neither, or anything else it cannot so write."""
+    idx = index if type(index) is tuple else (index,)
+    arrays = [k for k, i in enumerate(idx) if type(i) is np.ndarray]
+    if not arrays and not (any(i is None for i in idx) and any(_is_int(i) for i in idx)):
+        return None   # new axes matter only on a read at ints (a column, x[:, i, k, None]), not x[:, None]
+    if arrays:
+        at = arrays[0]
+        a = idx[at]
+        if len(arrays) != 1 or a.shape != (1,) or a.dtype.kind not in "iu" or any(i is None for i in idx):
+            return None
+        advanced = [k for k, i in enumerate(idx) if k == at or _is_int(i)]
+        if advanced[-1] - advanced[0] + 1 != len(advanced):
+            return None   # NumPy puts the array's axis first then
+        consumes = [i is not Ellipsis for i in idx]
+        axis = sum(consumes[:at]) if Ellipsis not in idx[:at] else len(shape) - sum(consumes[at:])
+        if not 0 <= axis < len(shape) or not -shape[axis] <= int(a[0]) < shape[axis]:
+            return None
+        i = int(a[0]) % shape[axis]
+        idx = idx[:at] + (slice(i, i + 1),) + idx[at + 1:]
+    idx = tuple(i for i in idx if i is not None)
+    return idx if _basic_axes(idx, shape) is not None else None
+
+
 def _scalar_arrays_as_ints(index):
     """``index`` with its 0-d integer arrays as ints (``np.take(x, i, axis=1)`` reads ``x[:, array(i)]``:
     the elements of ``x[:, i]``, copied), or None when it has none."""
@@ -3078,8 +3106,24 @@ def unit_slices_as_ints(program, fresh):
     each column was read, and its cotangent added, on its own (18x the hand-written gradient on
     seed 000 written ``(b[:, i:i+1, k].T @ a[:, j:j+1, k])[0, 0]``)."""
     out, changed = [], False
+    reshapes, rename = {}, {}   # the reshapes made or met; the reshapes of reshapes back to a shape
+    returned = {v.id for v in program.outputs if type(v) is Var}
     for eqn in program.eqns:
+        if rename:
+            eqn = renamed(eqn, rename)
         prim = eqn.prim
+        if prim is reshape and type(eqn.args[0]) is Var:
+            inner = reshapes.get(eqn.args[0].id)
+            if inner is not None:   # a reshape of a reshape (the column's (W, 1) made flat again)
+                res = eqn.outs[0]
+                if inner.args[0].shape == res.shape and res.id not in returned:
+                    rename[res.id] = inner.args[0]
+                    changed = True
+                    continue
+                eqn = _eqn(reshape, inner.args, eqn.params, eqn.outs, eqn.source)
+                changed = True
+            if type(eqn.args[0]) is Var:
+                reshapes[eqn.outs[0].id] = eqn
         if (prim is getitem or prim is index_add) and not _vars_in(eqn.params["index"], []):
             x = eqn.args[0]
             shape = getattr(x, "shape", None)
@@ -3091,7 +3135,10 @@ def unit_slices_as_ints(program, fresh):
                 out.append(_eqn(reshape, (eqn.args[1],), {"shape": shape}, eqn.outs, eqn.source))
                 changed = True
                 continue
-            index = None if shape is None else _unit_slices_as_ints(eqn.params["index"], shape)
+            basic = None if shape is None else _basic_form(eqn.params["index"], shape)
+            index = None if shape is None else _unit_slices_as_ints(eqn.params["index"] if basic is None else basic,
+                                                                     shape)
+            index = basic if index is None else index
             if index is not None:
                 res = eqn.outs[0]
                 kept = _read_shape(index, shape)
@@ -3099,11 +3146,16 @@ def unit_slices_as_ints(program, fresh):
                     picked = fresh(kept, res.dtype)
                     out.append(_eqn(getitem, (x,), {**eqn.params, "index": index}, (picked,), eqn.source))
                     out.append(_eqn(reshape, (picked,), {"shape": res.shape}, (res,), eqn.source))
+                    reshapes[res.id] = out[-1]
                     changed = True
                     continue
                 g = eqn.args[1]
-                if np.shape(g) == _read_shape(eqn.params["index"], shape):   # not a broadcast value
-                    if type(g) is Var:
+                read = _read_shape(eqn.params["index"], shape) if basic is None else \
+                    np.broadcast_to(np.zeros((), np.int8), shape)[eqn.params["index"]].shape
+                if np.shape(g) == read:   # not a broadcast value
+                    if type(g) is Var and g.id in reshapes and reshapes[g.id].args[0].shape == kept:
+                        flat = reshapes[g.id].args[0]   # g made from a value of the int's read shape
+                    elif type(g) is Var:
                         flat = fresh(kept, g.dtype)
                         out.append(_eqn(reshape, (g,), {"shape": kept}, (flat,), eqn.source))
                     else:
@@ -3112,7 +3164,10 @@ def unit_slices_as_ints(program, fresh):
                     changed = True
                     continue
         out.append(eqn)
-    return Program(program.inputs, out, program.outputs) if changed else program
+    if not changed:
+        return program
+    outputs = [substitute(v, rename) for v in program.outputs] if rename else program.outputs
+    return dce(Program(program.inputs, out, outputs))
 
 
 def compose_basic_indexing(program, fresh):
