@@ -580,6 +580,88 @@ def test_many_batches_on_the_unit_stride_axis_take_einsums_loop_with_the_same_va
     assert pays((strided, strided)) and not pays((strided[:64], strided[:64]))
 
 
+def _input_readers(lowered, n):
+    """The primitives of the equations that read the program's first ``n`` inputs."""
+    ins = {v.id for v in lowered.program.inputs[:n]}
+    return {e.prim.name for e in lowered.program.eqns if any(u.id in ins for u in e.uses)}
+
+
+@pytest.mark.parametrize("spelling", ["loop", "loop[in-place, @]", "loop[lists+stack, np.sum(u*v)]"])
+def test_columns_of_batch_last_inputs_are_read_and_written_where_they_lie(spelling):
+    """Seed 000's loop over a batch-last a (W, R, B) and b (W, N, B) with more than _EINSUM_MIN_BATCH
+    batches: the grid products read the columns as strided views of a and b themselves (no transposed
+    copy of either), and each cotangent, which covers its input exactly once, is written by the
+    products in the input's layout (no grid_add). Values and gradients equal eager's, the hand-written
+    gradient's and finite differences, in float64, also for inputs laid out another way."""
+    a, bb, wts = w1_inputs(3, 5, 2, _vectorize._EINSUM_MIN_BATCH + 6)
+    code = workloads.w1_code if spelling == "loop" else workloads.w1_spellings_code
+    f = code(wnp, wg.Buffer)[spelling]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
+    assert _input_readers(lowered, 2) <= {"grid_dot", "grid_rowsum", "square", "power"}, _input_readers(lowered, 2)
+    assert _count(lowered, "grid_add") == 0 and _count(lowered, "grid_dot") == 1
+    ins = [v.id for v in lowered.program.inputs[:2]]
+    assert all(e.args[-1].id in ins for e in lowered.program.eqns if e.prim.name in ("grid_dot", "grid_rowsum"))
+    step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
+    value, grads = workloads.w1_hand_einsum(a, bb, wts)
+    for x, y in [(a, bb), (np.asfortranarray(a), bb), (a, np.pad(bb, ((0, 0), (0, 0), (1, 0)))[:, :, 1:])]:
+        got = step(x, y, wts)
+        np.testing.assert_allclose(got[0], value, rtol=1e-12)
+        close(got[1], grads)
+    fd_check(lambda a: f(a, bb, wts), (a,))
+    if "in-place" not in spelling:   # its traced zeros follow a: b alone cannot be differentiated
+        fd_check(lambda b: f(a, b, wts), (bb,))
+
+
+def _cosines_over(js, n, r, b):
+    """A pairwise loop like seed 000's whose lanes read a's columns ``js`` (a subset, or repeats) and
+    every column of b, normalized by b's norms only."""
+    wl = rng.normal(size=(b, len(js), n))
+
+    def f(a, bb):
+        out = []
+        for k in range(b):
+            for j in js:
+                for i in range(n):
+                    u, v = a[:, j, k], bb[:, i, k]
+                    out.append(wnp.dot(u, v) / wnp.sqrt(wnp.sum(v ** 2)))
+        return wnp.sum(wnp.stack(out) * wl.ravel())
+    return f
+
+
+@pytest.mark.parametrize("js", [[0, 2], [0, 0, 1, 1], [2, 1, 0]], ids=["subset", "repeats", "reversed"])
+def test_columns_read_in_place_where_the_grid_does_not_cover_the_input_once(js):
+    """a's columns read on a grid that skips some (its cotangent is scattered into zeros: grid_add
+    stays), repeats them or reverses them: the same values and gradients as eager and finite
+    differences, in float64."""
+    n, w, r, b = 2, 4, 3, _vectorize._EINSUM_MIN_BATCH + 6   # a and b of different shapes
+    a, bb = rng.random((w, r, b)), rng.random((w, n, b))
+    f = _cosines_over(js, n, r, b)
+    lowered = vectorized_like_eager(f, a, bb, argnums=(0, 1), shrink=8)
+    if js == [0, 2]:   # a read in place, its cotangent covering part of it: a scatter into zeros
+        assert any(e.prim.name == "grid_dot" and e.args[0] is lowered.program.inputs[0] for e in lowered.program.eqns)
+        assert _count(lowered, "grid_add") == 1
+    fd_check(f, (a, bb), argnum=0)
+    fd_check(f, (a, bb), argnum=1)
+
+
+def test_columns_view_reads_the_rows_a_grid_names():
+    """Rows ``start + sum(step * digit)`` of x[:, I, J].T over a grid are a strided view of x, for x
+    in C order, Fortran order, or a view of another array."""
+    x = rng.normal(size=(5, 6, 8))
+    k, i = np.meshgrid(np.arange(8), np.arange(3), indexing="ij")   # lanes (k, i): rows of every other i
+    rows_i, rows_k = (2 * i).ravel(), k.ravel()
+    got = _vectorize._columns_of([rows_i, rows_k], 1, [(2, 6), (2, 1)])   # rows 1 + 6 * p + q
+    assert got == ((2, 0), ((0, 2), (2, 0)))
+    assert _vectorize._columns_of([rows_i, np.random.default_rng(1).permutation(rows_k)], 0, [(8, 3), (3, 1)]) is None
+    cols = _vectorize._Columns((1, 2), got[0], got[1], x.shape)
+    lanes = (1 + 6 * np.arange(2)[:, None] + np.arange(2)[None, :])
+    for y in (x, np.asfortranarray(x), np.pad(x, ((0, 0), (1, 0), (0, 0)))[:, 1:]):
+        view = cols.view(y, (2, 2))
+        assert np.shares_memory(view, y)
+        np.testing.assert_array_equal(view, y[:, rows_i, rows_k].T[lanes])
+    assert cols.unit_strides([0, 1]) == [False, False] and _vectorize._Columns((1, 2), (0, 0), ((0, 1),), x.shape).unit_strides([0]) == [True]
+
+
 @pytest.mark.parametrize("base", ["zeros", "values"])
 def test_grid_add_matches_add_at(base):
     r = np.random.default_rng(4)

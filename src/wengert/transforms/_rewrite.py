@@ -23,7 +23,7 @@ from ..primitives import reductions as R
 from ..primitives import shape as S
 from . import _ir
 from ._ir import Eqn, Program, Var, renamed, substitute
-from ._vectorize import GRID_ADD, _affine, _grid_add
+from ._vectorize import GRID_ADD, _affine, _grid_add, columns_in_place
 
 
 class _Fresh:
@@ -1811,7 +1811,7 @@ def simplify(program):
         eqns = _contraction_layouts(eqns, program.inputs, fresh)
     eqns, outputs = _shared_views(eqns, outputs)
     eqns = _row_sums_in_place(eqns, outputs, fresh)
-    program = _ir.dce(Program(program.inputs, eqns, outputs))
+    program = columns_in_place(_ir.dce(Program(program.inputs, eqns, outputs)), fresh)
     return reuse_contractions(program) if contract else program
 
 

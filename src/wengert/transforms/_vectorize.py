@@ -1523,6 +1523,8 @@ def _batch_loop_pays(operands):
 def _grid_dot(x, y, plan):
     """``einsum('bw,bw->b', x[rx], y[ry])`` for lane rows affine in a grid: one matmul over the grid
     axes both read (batch), x alone reads, y alone reads; the lanes read from its result."""
+    if plan.cols is not None:
+        return _grid_dot_columns(x, y, plan)
     xv = _rows_view(x, plan.xstart, plan.xaxes)
     yv = _rows_view(y, plan.ystart, plan.yaxes)
     w = x.shape[1]
@@ -1557,7 +1559,7 @@ def _dot_plan(rx, ry, w):
                  fy=size(yfree), split=tuple(grid[a] for a in order) or (1,),
                  perm=tuple(order.index(a) for a in present) if order else (0,),
                  expand=tuple(grid[a] if a in order else 1 for a in range(len(grid))),
-                 broadcast=len(present) < len(grid), grid=tuple(grid))
+                 broadcast=len(present) < len(grid), grid=tuple(grid), nbatch=len(batch), cols=None)
 
 
 def _lane_rows(v, producers, n, ndim=2):
@@ -1747,6 +1749,8 @@ def _grid_rowsum(g, s, plan):
     """``out[q] = sum over the lanes l of group q of g[gi(l)] * s[si(l)]`` (rows of ``s``), for
     ``gi``, ``si`` and the groups affine in a grid of the lanes: a matmul of strided views, the grid
     axes s does not depend on summed out of g first. Rows of the result in the groups' order."""
+    if plan.cols is not None:
+        return _grid_rowsum_columns(g, s, plan)
     gv = _strided_rows(g, plan.gstart, plan.gshape, plan.gsteps)
     for a in range(plan.presum):   # the axes s does not read, last, each summed by a few whole-array adds
         gv = _sum_axis(gv, gv.ndim - 1)
@@ -1788,7 +1792,7 @@ def _rowsum_plan(gidx, ridx, groups):
                  ssteps=tuple(ssteps[a] for a in batch + contracted), nb=size(batch), nf=size(free),
                  nc=size(contracted), presum=len(presum), split=tuple(grid[a] for a in split),
                  perm=tuple(split.index(a) for a in sorted(split)) + (len(split),), rows=size(kept), kept=tuple(kept),
-                 grid=tuple(grid), steps=steps)
+                 grid=tuple(grid), steps=steps, cols=None)
 
 
 def _keeps_dtype(c, dtype):
@@ -2229,6 +2233,372 @@ def contract_cotangents(program, fresh):
                     continue
         out.append(eqn)
     return dce(Program(program.inputs, out, program.outputs)) if changed else program
+
+
+# --- 5b. columns of an array, read and written where they lie ---------------------------------------
+# A loop over the columns of a batch-last array (seed 000's ``a[:, j, k]`` and ``b[:, i, k]``, k the
+# unit-stride axis) reads them through one gather transposed to (lanes, w) rows: a transposing copy of
+# the whole array, cache-hostile (W1 at 16x: 0.8 ms for b, against 0.3 ms for the whole forward
+# product), and the cotangent of those rows comes back scattered into zeros in the array's layout
+# (``grid_add``: the same transpose backwards, 1 ms). Where the lanes' batch axis is the array's
+# unit-stride axis and there are many batches, the grid products read the columns as a strided view
+# of the array itself and run einsum's loop along the batch, as the hand-written
+# ``einsum("wik,wjk->ijk", b, a)`` does; and a cotangent made of such products that covers its array
+# exactly once is written by them in the array's layout: no copy of the array, no scatter.
+class _Columns:
+    """Where a grid's rows lie in an array: row ``start + sum(step * digit)`` of the grid is the array
+    at ``first + sum(steps[axis] * digit)`` on the axes ``others``, along the whole of its other axes."""
+
+    def __init__(self, others, first, steps, shape):
+        self.others, self.first, self.steps, self.shape = others, first, steps, shape
+        self.rest = tuple(d for d in range(len(shape)) if d not in others)
+
+    def __repr__(self):
+        return f"columns(others={self.others}, first={self.first}, steps={self.steps})"
+
+    def view(self, x, sizes):
+        """The rows of ``x`` over grid axes of ``sizes``: a strided view, those axes in front of the rest."""
+        st = x.strides
+        strides = tuple(sum(k * st[d] for k, d in zip(step, self.others)) for step in self.steps) \
+            + tuple(st[d] for d in self.rest)
+        shape = tuple(sizes) + tuple(x.shape[d] for d in self.rest)
+        if x.flags.c_contiguous:
+            return np.ndarray(shape, x.dtype, x, sum(i * st[d] for i, d in zip(self.first, self.others)), strides)
+        at = dict(zip(self.others, self.first))
+        first = x[tuple(at.get(d, slice(None)) for d in range(x.ndim))]   # a view from the first row's element
+        return np.lib.stride_tricks.as_strided(first, shape, strides, writeable=False)
+
+    def unit_strides(self, axes):
+        """Which of the grid ``axes`` step by one element of the array in C order."""
+        c = np.cumprod((1,) + self.shape[:0:-1])[::-1]
+        return [sum(k * int(c[d]) for k, d in zip(self.steps[a], self.others)) == 1 for a in axes]
+
+
+def _columns_of(arrays, start, axes_steps):
+    """(first, steps) when the rows ``start + sum(step * digit)`` over grid axes of (size, step) read
+    ``arrays[d][row]`` affinely in the grid: the first row's entries and each grid axis's step in every
+    array; None otherwise."""
+    n = len(axes_steps)
+    digits = [np.arange(size).reshape((1,) * a + (size,) + (1,) * (n - a - 1)) for a, (size, _) in enumerate(axes_steps)]
+    rows = np.full((1,) * n, start, np.int64)
+    for d, (_, step) in zip(digits, axes_steps):
+        rows = rows + step * d
+    first = tuple(int(a[start]) for a in arrays)
+    steps = tuple(tuple(int(a[start + step]) - f for a, f in zip(arrays, first)) if size > 1 else (0,) * len(arrays)
+                  for size, step in axes_steps)
+    for k, (a, f) in enumerate(zip(arrays, first)):
+        expect = f
+        for d, step in zip(digits, steps):
+            expect = expect + step[k] * d
+        if not np.array_equal(a[rows], np.broadcast_to(expect, rows.shape)):
+            return None
+    return first, steps
+
+
+def _column_source(v, producers):
+    """(x, axis, arrays) when ``v`` (n, w) holds columns of the array ``x`` along ``axis``: row r is ``x``
+    at ``arrays[d][r]`` on its other axes, in order. The batched read of ``x[:, i, k]`` is ``x[:, I, J].T``
+    (``x[I, :, J]`` for another axis), which the rewrites make ``reshape(transpose(x), (n, w))`` where it
+    reads every column once; else None."""
+    eqn = producers.get(v.id)
+    if eqn is None or len(v.shape) != 2:
+        return None
+    n, w = v.shape
+    if eqn.prim is reshape and type(eqn.args[0]) is Var:
+        moved = producers.get(eqn.args[0].id)
+        if moved is None or moved.prim is not transpose or type(moved.args[0]) is not Var:
+            return None
+        x = moved.args[0]
+        perm = tuple(moved.params["axes"]) if moved.params.get("axes") is not None else tuple(range(len(x.shape)))[::-1]
+        dims = [x.shape[d] for d in perm[:-1]]
+        if x.shape[perm[-1]] != w or int(np.prod(dims, dtype=np.int64)) != n:
+            return None
+        found = dict(zip(perm[:-1], np.unravel_index(np.arange(n), dims)))
+        return x, perm[-1], [found[d] for d in range(len(x.shape)) if d != perm[-1]]
+    transposed = eqn.prim is transpose and tuple(eqn.params["axes"]) == (1, 0) and type(eqn.args[0]) is Var
+    if transposed:
+        eqn = producers.get(eqn.args[0].id)
+    if eqn is None or eqn.prim is not getitem or type(eqn.args[0]) is not Var:
+        return None
+    x = eqn.args[0]
+    index = eqn.params["index"]
+    index = index if type(index) is tuple else (index,)
+    whole = [d for d, i in enumerate(index) if type(i) is slice]
+    if len(index) != len(x.shape) or len(whole) != 1 or range(x.shape[whole[0]])[index[whole[0]]] != range(x.shape[whole[0]]):
+        return None
+    axis = whole[0]
+    arrays = [i for d, i in enumerate(index) if d != axis]
+    if w != x.shape[axis] or transposed != (axis == 0) or not all(
+            type(i) is np.ndarray and i.ndim == 1 and i.dtype.kind in "iu" and len(i) == n and 0 <= i.min()
+            and i.max() < x.shape[d] for i, d in zip(arrays, (d for d in range(len(x.shape)) if d != axis))):
+        return None
+    return x, axis, arrays
+
+
+def _columns_pay(cols, batch, nb):
+    """Does reading through ``cols`` pay over the gathered copy: many batches, and a batch axis on the
+    array's unit-stride axis (einsum's loop then runs along it), the columns themselves strided?"""
+    return nb > _EINSUM_MIN_BATCH and any(cols.unit_strides(batch)) and cols.rest != (len(cols.shape) - 1,)
+
+
+def _grid_dot_columns(x, y, plan):
+    """``_grid_dot`` whose operands are columns of arrays (``plan.cols``, None for rows): einsum's loop
+    on strided views of the arrays, the batch the unit-stride axis of the result."""
+    xc, yc = plan.cols
+    xv = xc.view(x, tuple(s for s, _ in plan.xaxes)) if xc else _rows_view(x, plan.xstart, plan.xaxes)
+    yv = yc.view(y, tuple(s for s, _ in plan.yaxes)) if yc else _rows_view(y, plan.ystart, plan.yaxes)
+    m = np.einsum(xv, plan.subs[0], yv, plan.subs[1], plan.subs[2], order="F")
+    m = m.reshape(plan.split).transpose(plan.perm).reshape(plan.expand)
+    if plan.broadcast:
+        m = np.broadcast_to(m, plan.grid)
+    return m.reshape(-1)
+
+
+def _grid_rowsum_columns(g, s, plan):
+    """``_grid_rowsum`` whose rows are columns of an array (``plan.cols[0]``, None for rows), written
+    where ``plan.cols[1]`` places them in a new array of ``plan.into`` (the rows in order, or the
+    layout of the array a scatter into zeros would have filled): einsum's loop along the batch, the
+    lanes' scalars copied with the batch innermost (a small copy that keeps the loop on unit strides);
+    a product by one scalar per row is a broadcast multiply."""
+    gv = _strided_rows(g, plan.gstart, plan.gshape, plan.gsteps)
+    for _ in range(plan.presum):
+        gv = _sum_axis(gv, gv.ndim - 1)
+    sc, dc = plan.cols
+    sv = sc.view(s, plan.sshape) if sc else _strided_rows(s, plan.sstart, plan.sshape, plan.ssteps)
+    out = np.empty(plan.into, plan.dtype)
+    at = dc.view(out, plan.split)
+    nb, nf, nc = plan.naxes
+    if not nc:   # the scalars laid out as the result is, so that one loop order suits all three
+        w = sv.ndim - nb
+        ge = np.empty_like(at[(Ellipsis,) + (0,) * w], order="K")
+        ge[...] = gv
+        np.multiply(ge.reshape(ge.shape + (1,) * w), sv[(slice(None),) * nb + (None,) * nf], out=at)
+    else:
+        np.einsum(np.ascontiguousarray(gv.transpose(plan.gmove)), plan.subs[0], sv, plan.subs[1], plan.subs[2], out=at)
+    return out
+
+
+def _dot_columns(eqn, cols):
+    """``eqn`` (a grid_dot) reading ``cols`` (an operand id -> (x, axis, arrays)): its plan for the columns, or None."""
+    plan = eqn.params["plan"]
+    found = []
+    for v, start, axes in ((eqn.args[0], plan.xstart, plan.xaxes), (eqn.args[1], plan.ystart, plan.yaxes)):
+        src = cols.get(v.id) if type(v) is Var else None
+        got = _columns_of(src[2], start, axes) if src is not None else None
+        if src is not None and got is None:
+            return None
+        found.append(None if got is None else
+                     _Columns(tuple(d for d in range(len(src[0].shape)) if d != src[1]), got[0], got[1], src[0].shape))
+    return found
+
+
+def _rowsum_axes(plan):
+    """(batch, free, contracted) grid axes of a ``_grid_rowsum`` plan, as its s reads them."""
+    ssteps = plan.steps[1]
+    kept = list(plan.kept)
+    batch = [a for a in kept if ssteps[a]]
+    free = [a for a in kept if not ssteps[a]]
+    contracted = [a for a in range(len(plan.grid)) if a not in kept and ssteps[a]]
+    return batch, free, contracted
+
+
+def _rows_placed(plan, shape, others, arrays):
+    """Where the rows of a ``_grid_rowsum`` (C order over its kept axes) lie in an array of ``shape``,
+    row r at ``arrays[d][r]`` on the axes ``others``: a _Columns over its batch and free axes, or None."""
+    batch, free, _ = _rowsum_axes(plan)
+    kept = list(plan.kept)
+    step = {a: int(np.prod([plan.grid[b] for b in kept if b > a], dtype=np.int64)) for a in kept}
+    got = _columns_of(arrays, 0, [(plan.grid[a], step[a]) for a in batch + free])
+    return None if got is None else _Columns(others, got[0], got[1], shape)
+
+
+def _rowsum_columns(eqn, cols, into=None):
+    """``eqn`` (a grid_rowsum) with its rows read through ``cols`` (as _dot_columns) and its result in a
+    new array (``into``: (shape, others, arrays) of a scatter's target, else its rows in order): the
+    new plan, or None."""
+    plan = eqn.params["plan"]
+    g, s = eqn.args
+    src = cols.get(s.id) if type(s) is Var else None
+    batch, free, contracted = _rowsum_axes(plan)
+    sc = None
+    if src is not None:
+        got = _columns_of(src[2], plan.sstart, list(zip(plan.sshape, plan.ssteps)))
+        if got is None:
+            return None
+        sc = _Columns(tuple(d for d in range(len(src[0].shape)) if d != src[1]), got[0], got[1], src[0].shape)
+    rows, w = eqn.outs[0].shape[0], eqn.outs[0].shape[1:]
+    shape, others, arrays = into if into is not None else ((rows,) + w, (0,), [np.arange(rows)])
+    dc = _rows_placed(plan, shape, others, arrays)
+    if dc is None or tuple(shape[d] for d in dc.rest) != w:
+        return None
+    nb, nf, nc = len(batch), len(free), len(contracted)
+    letters = {a: k for k, a in enumerate(batch + free + contracted)}
+    wl = list(range(len(letters), len(letters) + len(w)))
+    order = batch + free + contracted   # gv's axes (after the presum); moved so that the batch is innermost
+    gmove = tuple(range(nb, nb + nf + nc)) + tuple(range(nb))
+    return _Plan(**{**plan.__dict__, "cols": (sc, dc), "into": shape, "dtype": eqn.outs[0].dtype,
+                    "naxes": (nb, nf, nc), "gmove": gmove,
+                    "subs": ([letters[order[k]] for k in gmove], [letters[a] for a in batch + contracted] + wl,
+                             [letters[a] for a in batch + free] + wl)})
+
+
+def _zeros_cover(eqn):
+    """((shape, positions, arrays), values) when ``eqn`` (a grid_add) writes the rows of ``values`` (rows,
+    w) into zeros of ``shape`` at every element once, row r at ``arrays[d][r]`` on the axes ``positions``;
+    else None."""
+    base, values = eqn.args
+    plan = eqn.params["plan"]
+    if not _is_zeros_view(base) or type(values) is not Var or plan.lane != 0 or plan.summed or len(values.shape) != 2 \
+            or values.dtype != base.dtype or eqn.outs[0].shape != base.shape:
+        return None
+    positions = tuple(plan.positions)
+    rows = int(np.prod(plan.kept, dtype=np.int64))
+    if rows != values.shape[0] or rows != int(np.prod([base.shape[p] for p in positions], dtype=np.int64)) \
+            or any(type(plan.offset[d]) is not slice or range(base.shape[d])[plan.offset[d]] != range(base.shape[d])
+                   for d in range(base.ndim) if d not in positions):
+        return None
+    digits = np.indices(plan.kept).reshape(len(plan.kept), -1)
+    arrays = [plan.offset[p] + sum(int(st[p]) * dg for st, dg in zip(plan.steps, digits)) for p in positions]
+    arrays = [np.broadcast_to(np.asarray(a, np.int64), (rows,)) for a in arrays]
+    if any(a.min() < 0 or a.max() >= base.shape[p] for a, p in zip(arrays, positions)) \
+            or len(np.unique(np.ravel_multi_index(arrays, [base.shape[p] for p in positions]))) != rows:
+        return None
+    return (base.shape, positions, arrays), values
+
+
+def _copy_cover(eqn, producers, counts):
+    """(into, values) when ``eqn`` is a C-order copy (``ascontiguousarray``, the rewrites' form of a
+    scatter into zeros that writes every element once) of ``values`` (rows, w) seen through reshapes,
+    transposes and slices, each read once, the w axis kept whole: ``into`` as _zeros_cover's; else None."""
+    chain, v = [], eqn.args[0] if eqn.args else None
+    while type(v) is Var:
+        made = producers.get(v.id)
+        if made is None or counts.get(v.id) != 1 or not (made.prim is reshape or made.prim is transpose or (
+                made.prim is getitem and all(type(i) is slice for i in (made.params["index"] if type(made.params["index"])
+                                                                        is tuple else (made.params["index"],))))):
+            break
+        chain.append(made)
+        v = made.args[0]
+    if not chain or type(v) is not Var or len(v.shape) != 2 or v.dtype != eqn.outs[0].dtype \
+            or int(np.prod(eqn.outs[0].shape, dtype=np.int64)) != int(np.prod(v.shape, dtype=np.int64)):
+        return None
+    rows, w = v.shape
+    probe = np.arange(rows * w).reshape(v.shape)
+    for made in reversed(chain):
+        probe = made.prim.impl(probe, **made.params)
+    probe = np.ascontiguousarray(probe)
+    if probe.shape != eqn.outs[0].shape:
+        return None
+    whole = [d for d in range(probe.ndim) if probe.shape[d] == w and np.array_equal(
+        probe % w, np.broadcast_to(np.arange(w).reshape((1,) * d + (w,) + (1,) * (probe.ndim - d - 1)), probe.shape))]
+    if len(whole) != 1:
+        return None
+    positions = tuple(d for d in range(probe.ndim) if d != whole[0])
+    at = np.unravel_index(np.argsort(probe, axis=None)[::w], probe.shape)
+    return (probe.shape, positions, [at[d] for d in positions]), v
+
+
+def _summed_terms(v, producers, counts, adds):
+    """The equations whose results ``v`` sums (through ``add`` of two, each read once: appended to
+    ``adds``), or None for a sum of anything else."""
+    eqn = producers.get(v.id)
+    if eqn is None or counts.get(v.id) != 1:
+        return None
+    if eqn.prim is add and not eqn.params and len(eqn.args) == 2 and all(
+            type(a) is Var and a.shape == v.shape and a.dtype == v.dtype for a in eqn.args):
+        left = _summed_terms(eqn.args[0], producers, counts, adds)
+        right = _summed_terms(eqn.args[1], producers, counts, adds) if left is not None else None
+        if right is None:
+            return None
+        adds.append(eqn)
+        return left + right
+    return [eqn]
+
+
+def columns_in_place(program, fresh):
+    """Grid products whose rows are columns of an array, gathered into (lanes, w) rows, read the array
+    itself where that pays for every product reading those rows; the rows of a scatter into zeros that
+    covers its array once, summed from such products, are written by them in the array's layout."""
+    eqns = program.eqns
+    readers = {}
+    for k, eqn in enumerate(eqns):
+        if eqn.prim is GRID_DOT or eqn.prim is GRID_ROWSUM:
+            for p in ((0, 1) if eqn.prim is GRID_DOT else (1,)):
+                v = eqn.args[p]
+                if type(v) is Var:
+                    readers.setdefault(v.id, (v, []))[1].append((k, p))
+    if not readers:
+        return program
+    producers, counts = producers_of(program), use_counts(eqns, program.outputs)
+    cols = {}
+    for vid, (v, found) in readers.items():
+        src = _column_source(v, producers) if counts.get(vid) == len(found) else None
+        if src is not None and all(_columns_read(eqns[k], p, src) for k, p in found):
+            cols[vid] = src
+    if not cols:
+        return program
+    new = {}   # equation index -> its replacements
+    for k, eqn in enumerate(eqns):
+        if eqn.prim is GRID_DOT and any(type(v) is Var and v.id in cols for v in eqn.args):
+            plan = eqn.params["plan"]
+            found = _dot_columns(eqn, cols)
+            nb = plan.nbatch
+            x = list(range(nb)) + list(range(nb, len(plan.xaxes)))
+            y = list(range(nb)) + list(range(len(plan.xaxes), len(plan.xaxes) + len(plan.yaxes) - nb))
+            w = len(plan.split)
+            plan = _Plan(**{**plan.__dict__, "cols": tuple(found), "subs": (x + [w], y + [w], x + y[nb:])})
+            args = tuple(cols[v.id][0] if type(v) is Var and v.id in cols else v for v in eqn.args)
+            new[k] = [_eqn(GRID_DOT, args, {"plan": plan}, eqn.outs, eqn.source)]
+        elif eqn.prim is GRID_ROWSUM and type(eqn.args[1]) is Var and eqn.args[1].id in cols:
+            plan = _rowsum_columns(eqn, cols)
+            if plan is not None:
+                new[k] = [_eqn(GRID_ROWSUM, (eqn.args[0], cols[eqn.args[1].id][0]), {"plan": plan}, eqn.outs, eqn.source)]
+    index = {id(eqn): k for k, eqn in enumerate(eqns)}
+    for k, eqn in enumerate(eqns):
+        found = _zeros_cover(eqn) if eqn.prim is GRID_ADD else \
+            _copy_cover(eqn, producers, counts) if eqn.prim.name == "ascontiguousarray" else None
+        if found is None:
+            continue
+        into, values = found
+        adds = []
+        terms = _summed_terms(values, producers, counts, adds)
+        if terms is None or any(t.prim is not GRID_ROWSUM or index[id(t)] not in new for t in terms):
+            continue
+        plans = [_rowsum_columns(t, cols, into) for t in terms]
+        if any(p is None for p in plans):
+            continue
+        made = {}
+        for t, plan in zip(terms, plans):
+            out = eqn.outs[0] if not adds else fresh(into[0], t.outs[0].dtype)
+            made[t.outs[0].id] = out
+            new[index[id(t)]] = [_eqn(GRID_ROWSUM, (t.args[0], cols[t.args[1].id][0]), {"plan": plan}, (out,), t.source)]
+        for a in adds:   # in program order: each add's operands are made before it
+            out = eqn.outs[0] if a is adds[-1] else fresh(into[0], a.outs[0].dtype)
+            made[a.outs[0].id] = out
+            new[index[id(a)]] = [_eqn(add, tuple(made[v.id] for v in a.args), {}, (out,), a.source)]
+        new[k] = []
+    out = []
+    for k, eqn in enumerate(eqns):
+        out.extend(new.get(k, (eqn,)))
+    return dce(Program(program.inputs, out, program.outputs))
+
+
+def _columns_read(eqn, p, src):
+    """Does ``eqn`` (a grid_dot or grid_rowsum) read its operand ``p``, columns ``src`` of an array
+    (see _column_source), in a grid whose columns view pays (_columns_pay)?"""
+    plan = eqn.params["plan"]
+    if eqn.prim is GRID_DOT:
+        start, axes = (plan.xstart, plan.xaxes) if p == 0 else (plan.ystart, plan.yaxes)
+        nbatch = plan.nbatch
+    else:
+        start, axes = plan.sstart, list(zip(plan.sshape, plan.ssteps))
+        nbatch = len(_rowsum_axes(plan)[0])
+    x, axis, arrays = src
+    got = _columns_of(arrays, start, axes)
+    if got is None:
+        return False
+    cols = _Columns(tuple(d for d in range(len(x.shape)) if d != axis), got[0], got[1], x.shape)
+    return _columns_pay(cols, range(nbatch), plan.nb)
 
 
 # --- 6. a cotangent scattered into zeros over every element: a view ----------------------------------
