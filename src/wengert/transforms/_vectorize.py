@@ -3468,6 +3468,24 @@ def _covers(index, shape):
     return axes is not None and all(a == (0, 1, n) if type(a) is tuple else n == 1 for a, n in zip(axes, shape))
 
 
+def _sinks(eqn, reshapes):
+    """Is ``eqn`` an elementwise ufunc whose array operands are all reshapes (``reshapes``) of arrays
+    of one shape, of its result's size, and whose other operands are numbers or 0-d arrays?"""
+    impl = eqn.prim.impl
+    if not isinstance(impl, np.ufunc) or impl.nout != 1 or eqn.params or len(eqn.args) != impl.nin:
+        return False
+    shape = None
+    for a in eqn.args:
+        if type(a) is Var and a.shape != ():
+            made = reshapes.get(a.id)
+            if made is None or a.shape != eqn.outs[0].shape or shape not in (None, made.args[0].shape):
+                return False
+            shape = made.args[0].shape
+        elif np.ndim(a) != 0:
+            return False
+    return shape is not None
+
+
 def unit_slices_as_ints(program, fresh):
     """A read at a one-element slice, ``x[:, j:j + 1, k]`` (a column kept 2-D, for ``u.T @ v``), as
     the read at the int, ``x[:, j, k]``, reshaped to the slice's shape; and its cotangent,
@@ -3494,6 +3512,21 @@ def unit_slices_as_ints(program, fresh):
                 changed = True
             if type(eqn.args[0]) is Var:
                 reshapes[eqn.outs[0].id] = eqn
+        elif reshapes and _sinks(eqn, reshapes):
+            # an elementwise operation on reshaped columns ((W, 1) from W): on the columns, then reshaped
+            src = next(reshapes[a.id].args[0] for a in eqn.args if type(a) is Var and a.shape != ())
+            res = eqn.outs[0]
+            args = tuple(reshapes[a.id].args[0] if type(a) is Var and a.shape != () else a for a in eqn.args)
+            flat = fresh(src.shape, res.dtype)
+            out.append(_eqn(prim, args, eqn.params, (flat,), eqn.source))
+            out.append(_eqn(reshape, (flat,), {"shape": res.shape}, (res,), eqn.source))
+            reshapes[res.id] = out[-1]
+            changed = True
+            continue
+        elif prim is sum_ and type(eqn.args[0]) is Var and eqn.args[0].id in reshapes \
+                and eqn.params.get("axis") is None and not eqn.params.get("keepdims"):
+            eqn = _eqn(sum_, reshapes[eqn.args[0].id].args, eqn.params, eqn.outs, eqn.source)   # every element
+            changed = True
         if (prim is getitem or prim is index_add) and not _vars_in(eqn.params["index"], []):
             x = eqn.args[0]
             shape = getattr(x, "shape", None)
