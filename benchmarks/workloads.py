@@ -458,7 +458,7 @@ def w2_spellings_code(np, Buffer=None):
 
 # more ways to write seed 001's per-column loop (benchmarks/vectorize.py --more-loops)
 W2_LOOP_FORMS = ("inline, b outer", "lists+np.array", "einsum per column", "x.at[].set", "rows per step",
-                 "rows of y.T", "steps stacked, Y[t, :, b]", "columns kept 2-D")
+                 "rows of y.T", "steps stacked, Y[t, :, b]", "columns kept 2-D", "glued, Y[:, t*B + b]")
 
 
 def w2_loop_forms_code(np, Buffer=None, at=None):
@@ -529,8 +529,17 @@ def w2_loop_forms_code(np, Buffer=None, at=None):
                 z[t, b] = (ys[0][:, b:b + 1].T @ ys[t][:, b:b + 1])[0, 0]
         return attend(z.freeze(), Hs, wts)
 
+    def glued_columns(Wm, bm, xs, Hs, wts):       # the steps glued first (one product), then their columns
+        T, B = len(xs), xs[0].shape[1]
+        Y = Wm @ np.hstack(xs) + bm[:, None]
+        z = Buffer.zeros((T, B), Wm.dtype)
+        for t in range(T):
+            for b in range(B):
+                z[t, b] = np.dot(Y[:, b], Y[:, t * B + b])
+        return attend(z.freeze(), Hs, wts)
+
     return dict(zip(W2_LOOP_FORMS, (inline, lists_array, einsum_columns, at_set, rows_per_step, rows_of_transpose,
-                                    steps_stacked, columns_2d)))
+                                    steps_stacked, columns_2d, glued_columns)))
 
 
 

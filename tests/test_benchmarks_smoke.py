@@ -65,7 +65,7 @@ def test_vectorize_benchmark_runs_seed_001_in_every_spelling_and_loop_form():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr   # each row checked against the hand gradient
     names = {line.split("  ")[0] for line in proc.stdout.splitlines() if line.startswith("W2 ")}
-    assert len(names) == 1 + 12 + 8, sorted(names)
+    assert len(names) == 1 + 12 + 9, sorted(names)
     assert any("form[inline, b outer]" in n for n in names) and any("form[rows per step]" in n for n in names)
     assert any("form[rows of y.T]" in n for n in names) and any("form[steps stacked" in n for n in names)
 
