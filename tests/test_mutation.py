@@ -227,6 +227,40 @@ def test_stale_view_is_refused_when_used():
         wg.grad(f)(np.ones((2, 2)))
 
 
+def _chained_writes(x):
+    out = wnp.zeros(x.shape) + 0.0 * x[0, 0]
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i][j] = x[i, j] ** 2      # NumPy writes through the view out[i]; wengert records it there
+    return wnp.sum(out)
+
+
+@pytest.mark.parametrize("transform", ["grad", "jvp", "jit", "jit(grad)"])
+def test_a_write_through_a_view_then_a_use_of_the_array_names_the_one_index_spelling(transform):
+    """``out[i][j] = v`` changes ``out`` through a view: refused where ``out`` is used next, with the
+    spelling that works (one index), not the advice for a stale view (take it again), which the
+    user already followed."""
+    x = np.arange(6.0).reshape(2, 3)
+    run = {"grad": lambda: wg.grad(_chained_writes)(x),
+           "jvp": lambda: wg.jvp(_chained_writes, (x,), (np.ones_like(x),)),
+           "jit": lambda: wg.jit(_chained_writes)(x),
+           "jit(grad)": lambda: wg.jit(wg.grad(_chained_writes))(x)}[transform]
+    with pytest.raises(InPlaceWriteError, match=r"changed through a view of it.*x\[i, j\] = v"):
+        run()
+
+
+def test_a_write_through_a_view_used_alone_is_differentiated():
+    """The view itself stands for the written values: only the array it came from is stale."""
+    def f(x):
+        y = x * 1.0
+        row = y[1]
+        row[0] = x[0, 0] ** 3
+        return wnp.sum(row * row)
+    x = np.array([[1.5, 2.0], [0.5, -1.0]])
+    assert wg.check_grads(f, (x,)) is None
+    np.testing.assert_allclose(wg.grad(f)(x), [[6 * 1.5 ** 5, 0], [0, -2]])
+
+
 def test_buffer_of_element_writes_with_overwrites_negative_indices_and_constants():
     """A snapshot whose writes each set one element takes one gather in its backward pass: the
     latest write of a position gets its cotangent, overwritten ones and the base there get none."""

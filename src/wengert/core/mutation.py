@@ -125,17 +125,33 @@ def check_not_stale(trace, args, prim):
     written = trace.written
     for a in args:
         if type(a) is Tracer and a._trace is trace:
-            written_at = written.get(memory_key(a.value))
+            key = memory_key(a.value)
+            written_at = written.get(key)
             if written_at is not None and a.index < written_at:
-                _refuse_stale(prim)
+                _refuse_stale(prim, trace, key)
 
 
-def _refuse_stale(prim):
+def _refuse_stale(prim, trace, key):
+    if key in _VIEW_WRITES.get(trace, ()):
+        raise InPlaceWriteError(
+            f"{prim.name} uses an array that was changed through a view of it (x[i][j] = v, or "
+            "v = x[i]; v[j] = ...): the write is recorded on the view, not on the array, so the "
+            "array's gradient would flow to its old values. Write with one index, x[i, j] = v. " + ADVICE)
     raise InPlaceWriteError(
         f"{prim.name} uses a view of an array that was changed in place after the view was "
         "made; the view's gradient would flow to the old values. Take the view again after "
         "the write, or copy it before the write (v = x[...].copy()). " + ADVICE
     )
+
+
+_VIEW_WRITES = weakref.WeakKeyDictionary()   # trace -> ids of the memory written through a view of it
+
+
+def note_view_write(trace, array, key):
+    """Remember that a write went into a view (``array.base`` is set) of the memory ``key``, for
+    the message when the array itself is used afterwards (``_refuse_stale``)."""
+    if type(array) is np.ndarray and array.base is not None:
+        _VIEW_WRITES.setdefault(trace, set()).add(key)
 
 
 def stale_guard(trace, args, prim):
@@ -145,9 +161,10 @@ def stale_guard(trace, args, prim):
     last = trace.last_write
     for a in args:
         if type(a) is Tracer and a.index < last and a._trace is trace:
-            written_at = trace.written.get(memory_key(a.value))
+            key = memory_key(a.value)
+            written_at = trace.written.get(key)
             if written_at is not None and a.index < written_at:
-                _refuse_stale(prim)
+                _refuse_stale(prim, trace, key)
 
 
 def refuse_writes_into_inputs(trace, memory):
@@ -291,6 +308,7 @@ def _checked_write(x, index, value, write_prim):
         if not isinstance(memory, np.ndarray):
             raise InPlaceWriteError("Item assignment needs an array; " + ADVICE)
         key = id(memory)
+        note_view_write(trace, array.value if type(array) is Tracer else array, key)   # (jit(grad): a staged sample)
     if key in _input_memory(trace):
         _refuse_input()
     if trace.scanned < len(trace.tape):

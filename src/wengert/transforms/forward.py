@@ -23,7 +23,8 @@ import numpy as np
 
 from ..core import namespace, tree
 from ..core.errors import LeakedTracerError, NoDerivativeError, run_user
-from ..core.mutation import (ADVICE, InPlaceWriteError, check_not_stale, memory_of, refuse_writes_into_inputs,
+from ..core.mutation import (ADVICE, InPlaceWriteError, check_not_stale, memory_of, note_view_write,
+                             refuse_writes_into_inputs,
                              staged_or_plain)
 from ..core.trace import Trace, Tracer, apply, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
@@ -96,6 +97,7 @@ class JVPTrace(Trace):
         if not isinstance(memory, np.ndarray):
             raise InPlaceWriteError("Item assignment needs an array of this transform; " + ADVICE)
         refuse_writes_into_inputs(self, memory)
+        note_view_write(self, array, id(memory))
         if self.written is None:
             self.written = {}
         else:

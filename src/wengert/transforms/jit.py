@@ -39,7 +39,7 @@ from ..core import backward as _backward
 from ..core.backward import is_plain_basic
 from ..core import tree
 from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError, run_user
-from ..core.mutation import check_not_stale, refuse_writes_into_inputs, root, stale_guard
+from ..core.mutation import check_not_stale, note_view_write, refuse_writes_into_inputs, root, stale_guard
 from ..core.trace import (Primitive, ReverseTrace, Trace, Tracer, close_level, make_tracer,
                           open_level, open_levels, unbox)
 from ..primitives import _table
@@ -311,6 +311,7 @@ class StagingTrace(Trace):
         earlier are refused when used, see core/mutation.py), the program gets a functional scatter."""
         memory = root(x.value)
         refuse_writes_into_inputs(self, memory)
+        note_view_write(self, x.value, id(memory))
         if self.written is None:
             self.written = {}
         else:
