@@ -2531,9 +2531,10 @@ def columns_in_place(program, fresh):
         return program
     producers, counts = producers_of(program), use_counts(eqns, program.outputs)
     cols = {}
+    inputs = {v.id for v in program.inputs}   # arrays whose layout is known: C order (an intermediate may be a view)
     for vid, (v, found) in readers.items():
         src = _column_source(v, producers) if counts.get(vid) == len(found) else None
-        if src is not None and all(_columns_read(eqns[k], p, src) for k, p in found):
+        if src is not None and src[0].id in inputs and all(_columns_read(eqns[k], p, src) for k, p in found):
             cols[vid] = src
     if not cols:
         return program
@@ -2554,6 +2555,7 @@ def columns_in_place(program, fresh):
             if plan is not None:
                 new[k] = [_eqn(GRID_ROWSUM, (eqn.args[0], cols[eqn.args[1].id][0]), {"plan": plan}, eqn.outs, eqn.source)]
     index = {id(eqn): k for k, eqn in enumerate(eqns)}
+    placed = set()
     for k, eqn in enumerate(eqns):
         found = _zeros_cover(eqn) if eqn.prim is GRID_ADD else \
             _copy_cover(eqn, producers, counts) if eqn.prim.name == "ascontiguousarray" else None
@@ -2565,8 +2567,8 @@ def columns_in_place(program, fresh):
         if terms is None or any(t.prim is not GRID_ROWSUM or index[id(t)] not in new for t in terms):
             continue
         plans = [_rowsum_columns(t, cols, into) for t in terms]
-        if any(p is None for p in plans):
-            continue
+        if any(p is None or not any(p.cols[1].unit_strides(range(p.naxes[0]))) for p in plans):
+            continue   # written with the batch off the unit-stride axis: einsum's loop crosses memory
         made = {}
         for t, plan in zip(terms, plans):
             out = eqn.outs[0] if not adds else fresh(into[0], t.outs[0].dtype)
@@ -2577,6 +2579,10 @@ def columns_in_place(program, fresh):
             made[a.outs[0].id] = out
             new[index[id(a)]] = [_eqn(add, tuple(made[v.id] for v in a.args), {}, (out,), a.source)]
         new[k] = []
+        placed.update(index[id(t)] for t in terms)
+    if any(eqns[k].prim is GRID_ROWSUM and k not in placed for k in new):
+        return program   # a product writing (lanes, w) rows from a batch-last view: slower than the copy (W1's
+        # "rows of a.T" at 16x, its cotangents transposed at the end: 1.5x -> 4.5x of hand)
     out = []
     for k, eqn in enumerate(eqns):
         out.extend(new.get(k, (eqn,)))
