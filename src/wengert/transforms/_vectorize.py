@@ -3404,6 +3404,15 @@ def _read_shape(index, shape):
     return None if axes is None else tuple(a[2] for a in axes if type(a) is tuple)
 
 
+def _bounded_slice(index):
+    """Has ``index`` a slice with a start, a stop or a step (only such a slice can keep one element of a
+    longer axis)? The test before ``_unit_slices_as_ints``, which most reads (``x[:, j, k]``) fail."""
+    for i in (index if type(index) is tuple else (index,)):
+        if type(i) is slice and (i.start is not None or i.stop is not None or i.step is not None):
+            return True
+    return False
+
+
 def _unit_slices_as_ints(index, shape):
     """``index`` with each slice that keeps one element of a longer axis (``j:j + 1``) as the int
     ``j``; None when it has no such slice or is not basic."""
@@ -3420,6 +3429,11 @@ def _basic_form(index, shape):
     the same elements, in the same order, in a result that differs only by axes of length 1. None
     when ``index`` has neither, or anything else it cannot so write."""
     idx = index if type(index) is tuple else (index,)
+    for i in idx:   # most reads (x[:, j, k]) have neither an array nor a new axis: one loop says so
+        if i is None or type(i) is np.ndarray:
+            break
+    else:
+        return None
     arrays = [k for k, i in enumerate(idx) if type(i) is np.ndarray]
     if not arrays and not (any(i is None for i in idx) and any(_is_int(i) for i in idx)):
         return None   # new axes matter only on a read at ints (a column, x[:, i, k, None]), not x[:, None]
@@ -3445,7 +3459,10 @@ def _scalar_arrays_as_ints(index):
     """``index`` with its 0-d integer arrays as ints (``np.take(x, i, axis=1)`` reads ``x[:, array(i)]``:
     the elements of ``x[:, i]``, copied), or None when it has none."""
     idx = index if type(index) is tuple else (index,)
-    if not any(type(i) is np.ndarray and i.ndim == 0 and i.dtype.kind in "iu" for i in idx):
+    for i in idx:
+        if type(i) is np.ndarray and i.ndim == 0 and i.dtype.kind in "iu":
+            break
+    else:
         return None
     out = tuple(int(i) if type(i) is np.ndarray and i.ndim == 0 and i.dtype.kind in "iu" else i for i in idx)
     return out if type(index) is tuple else out[0]
@@ -3456,15 +3473,22 @@ def scalar_arrays_as_ints(program):
     elements in a staged program, where nothing is a view; the classes batch reads at varying ints,
     not at arrays (seed 000 read ``np.take(b, i, axis=1)[:, k]``: 6302 equations, 134x the
     hand-written gradient)."""
-    out, changed = [], False
-    for eqn in program.eqns:
-        if eqn.prim is getitem or eqn.prim is index_add or eqn.prim is scatter_set:
-            index = _scalar_arrays_as_ints(eqn.params["index"])
+    replaced = {}
+    for n, eqn in enumerate(program.eqns):
+        prim = eqn.prim
+        if prim is getitem or prim is index_add or prim is scatter_set:
+            index = eqn.params["index"]
+            for i in (index if type(index) is tuple else (index,)):
+                if type(i) is np.ndarray:   # most indexes hold none: one loop, no call
+                    break
+            else:
+                continue
+            index = _scalar_arrays_as_ints(index)
             if index is not None:
-                eqn = _eqn(eqn.prim, eqn.args, {**eqn.params, "index": index}, eqn.outs, eqn.source)
-                changed = True
-        out.append(eqn)
-    return Program(program.inputs, out, program.outputs) if changed else program
+                replaced[n] = _eqn(prim, eqn.args, {**eqn.params, "index": index}, eqn.outs, eqn.source)
+    if not replaced:
+        return program
+    return Program(program.inputs, [replaced.get(n, eqn) for n, eqn in enumerate(program.eqns)], program.outputs)
 
 
 def _covers(index, shape):
@@ -3477,6 +3501,11 @@ def _covers(index, shape):
 def _sinks(eqn, reshapes):
     """Is ``eqn`` an elementwise ufunc whose array operands are all reshapes (``reshapes``) of arrays
     of one shape, of its result's size, and whose other operands are numbers or 0-d arrays?"""
+    for a in eqn.args:
+        if type(a) is Var and a.id in reshapes:
+            break
+    else:
+        return False
     impl = eqn.prim.impl
     if not isinstance(impl, np.ufunc) or impl.nout != 1 or eqn.params or len(eqn.args) != impl.nin:
         return False
@@ -3533,22 +3562,23 @@ def unit_slices_as_ints(program, fresh):
                 and eqn.params.get("axis") is None and not eqn.params.get("keepdims"):
             eqn = _eqn(sum_, reshapes[eqn.args[0].id].args, eqn.params, eqn.outs, eqn.source)   # every element
             changed = True
-        if (prim is getitem or prim is index_add) and not _vars_in(eqn.params["index"], []):
-            x = eqn.args[0]
+        if prim is getitem or prim is index_add:   # (an index with staged values is left alone: _vars_in,
+            x = eqn.args[0]                         # asked last, as most reads are no candidate)
             shape = getattr(x, "shape", None)
             if prim is index_add and type(x) is np.ndarray and (_is_zeros_view(x) or 0 < x.size <= 1024 and not x.any()) \
                     and type(eqn.args[1]) is Var \
                     and eqn.args[1].dtype == eqn.outs[0].dtype and _covers(eqn.params["index"], shape) \
-                    and eqn.args[1].shape == _read_shape(eqn.params["index"], shape):
+                    and eqn.args[1].shape == _read_shape(eqn.params["index"], shape) \
+                    and not _vars_in(eqn.params["index"], []):
                 # zeros written everywhere (the cotangent of ``(u.T @ v)[0, 0]``): the values reshaped
                 out.append(_eqn(reshape, (eqn.args[1],), {"shape": shape}, eqn.outs, eqn.source))
                 changed = True
                 continue
             basic = None if shape is None else _basic_form(eqn.params["index"], shape)
-            index = None if shape is None else _unit_slices_as_ints(eqn.params["index"] if basic is None else basic,
-                                                                     shape)
+            index = None if shape is None or not _bounded_slice(eqn.params["index"] if basic is None else basic) \
+                else _unit_slices_as_ints(eqn.params["index"] if basic is None else basic, shape)
             index = basic if index is None else index
-            if index is not None:
+            if index is not None and not _vars_in(eqn.params["index"], []):
                 res = eqn.outs[0]
                 kept = _read_shape(index, shape)
                 if prim is getitem:
