@@ -3575,8 +3575,8 @@ def unit_slices_as_ints(program, fresh):
                 changed = True
                 continue
             basic = None if shape is None else _basic_form(eqn.params["index"], shape)
-            index = None if shape is None or not _bounded_slice(eqn.params["index"] if basic is None else basic) \
-                else _unit_slices_as_ints(eqn.params["index"] if basic is None else basic, shape)
+            given = eqn.params["index"] if basic is None else basic
+            index = None if shape is None or not _bounded_slice(given) else _unit_slices_as_ints(given, shape)
             index = basic if index is None else index
             if index is not None and not _vars_in(eqn.params["index"], []):
                 res = eqn.outs[0]

@@ -24,8 +24,7 @@ import numpy as np
 from ..core import namespace, tree
 from ..core.errors import LeakedTracerError, NoDerivativeError, run_user
 from ..core.mutation import (ADVICE, InPlaceWriteError, check_not_stale, memory_of, note_view_write,
-                             refuse_writes_into_inputs,
-                             staged_or_plain)
+                             refuse_writes_into_inputs, staged_or_plain)
 from ..core.trace import Trace, Tracer, apply, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
 from .. import numpy as wnp
