@@ -450,3 +450,26 @@ def test_near_misses_of_diag_of_a_product_stay_a_diagonal(case):
     wg.grad(f)(A, B)
     assert "diagonal" in names and "diagonal_of_product" not in names, names
     wg.check_grads(f, (A, B))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log_of_nn_softmax_reuses_its_value_unless_an_element_underflowed(dtype):
+    """log(wnn.softmax(x)) takes log(p) from the softmax's own value when no element of p is below the
+    smallest normal number (one log, no second pass over x), else computes log_softmax afresh."""
+    def names_of(x):
+        names = []
+
+        def f(x):
+            out = wnp.sum(wnp.log(wnn.softmax(x)) * X)
+            names.extend(e[0].name for e in out._trace.tape if e[0] is not None)
+            return out
+        return wg.value_and_grad(f)(x), names
+
+    for x, fused in ((X.astype(dtype), "nn.log_softmax_known"), ((X * 1e4).astype(dtype), "nn.log_softmax")):
+        (value, g), names = names_of(x)
+        assert fused in names and "log" not in names, names
+        ref = np.log(np.exp(x - x.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True))
+        logp = x.astype(np.float64) - x.max(axis=1, keepdims=True) - ref
+        np.testing.assert_allclose(value, np.sum(logp * X), rtol=1e-5 if dtype == np.float32 else 1e-12)
+        p = np.exp(logp)
+        np.testing.assert_allclose(g, X - p * X.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)

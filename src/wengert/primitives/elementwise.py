@@ -238,7 +238,20 @@ arccos = defunary(np.arccos, lambda g, ans, x: -g / sqrt(1 - x * x))
 arctan = defunary(np.arctan, lambda g, ans, x: g / (1 + x * x))
 sinh = defunary(np.sinh, lambda g, ans, x: g * cosh(x))
 cosh = defunary(np.cosh, lambda g, ans, x: g * sinh(x))
-tanh = defunary(np.tanh, lambda g, ans, x: g * (1 - ans * ans))
+
+
+def _tanh_rule(g, ans, x):
+    """``g * (1 - ans * ans)``; on plain arrays of one shape and dtype, one new array and the rest in
+    place: NumPy elides the temporary of ``g * t`` but not of ``1 - t`` (W4's 512x512 gradient)."""
+    if type(g) is _ndarray and type(ans) is _ndarray and ans.ndim and g.shape == ans.shape and g.dtype == ans.dtype:
+        out = ans * ans
+        np.subtract(1, out, out=out)
+        out *= g
+        return out
+    return g * (1 - ans * ans)
+
+
+tanh = defunary(np.tanh, _tanh_rule)
 arcsinh = defunary(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
 arccosh = defunary(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
 arctanh = defunary(np.arctanh, lambda g, ans, x: g / (1 - x * x))
