@@ -4,13 +4,18 @@ A write changes the array's memory, as NumPy would, so ``x`` and every view of i
 values. On the tape it becomes one entry, ``x_new = write(x_old, v, index)``, and the tracer
 ``x`` is moved to that entry, so later uses of ``x`` differentiate through the write.
 
-Three situations would make such a write give a silently wrong gradient; each raises instead:
+A write through a view (``x[i][j] = v``) is rebased onto the tracer holding the whole array
+(``write_through_view``), and a view made before a write is taken again from that tracer when it
+is next used (``refresh``), so views keep NumPy's meaning with their gradients.
+
+Two situations would make such a write give a silently wrong gradient; each raises instead:
 
 * an earlier tape entry saved this memory for its VJP (``y = sin(x); x[0] = 0``): checked at
   the write, against the entries' kept values (read for their values, not only their shapes);
-* a view of this memory made before the write is used after it (its tape entry still points at
-  the old value): checked when the view is used;
 * the memory belongs to an input of the transform: writing would change the caller's array.
+
+(A view wengert cannot express as an index of its base, one of another dtype such as ``y.real``,
+raises when written through or used after a write.)
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import weakref
 
 import numpy as np
 
+from . import tree
 from .errors import LeakedTracerError, NeedsLoop, WengertError
 from .trace import Tracer, _new, is_batched
 
@@ -121,50 +127,311 @@ def memory_key(value):
 
 
 def check_not_stale(trace, args, prim):
-    """Refuse to use a view that was made before an in-place write into its memory."""
+    """Bring up to date each tracer of ``args`` made before an in-place write into its memory
+    (``refresh``); True when one was (its tape index or variable changed)."""
     written = trace.written
+    moved = False
     for a in args:
         if type(a) is Tracer and a._trace is trace:
             key = memory_key(a.value)
             written_at = written.get(key)
             if written_at is not None and a.index < written_at:
-                _refuse_stale(prim, trace, key)
+                refresh(trace, a, key, prim)
+                moved = True
+    return moved
 
 
-def _refuse_stale(prim, trace, key):
-    if key in _VIEW_WRITES.get(trace, ()):
-        raise InPlaceWriteError(
-            f"{prim.name} uses an array that was changed through a view of it (x[i][j] = v, or "
-            "v = x[i]; v[j] = ...): the write is recorded on the view, not on the array, so the "
-            "array's gradient would flow to its old values. Write with one index, x[i, j] = v. " + ADVICE)
+def _refuse_stale(prim):
     raise InPlaceWriteError(
         f"{prim.name} uses a view of an array that was changed in place after the view was "
-        "made; the view's gradient would flow to the old values. Take the view again after "
-        "the write, or copy it before the write (v = x[...].copy()). " + ADVICE
+        "made, and wengert cannot express the view as an index of that array (a view of another "
+        "dtype, such as x.real of a complex array); the "
+        "view's gradient would flow to the old values. Take the view again after the write, or "
+        "copy it before the write (v = x[...].copy()). " + ADVICE
     )
-
-
-_VIEW_WRITES = weakref.WeakKeyDictionary()   # trace -> ids of the memory written through a view of it
-
-
-def note_view_write(trace, array, key):
-    """Remember that a write went into a view (``array.base`` is set) of the memory ``key``, for
-    the message when the array itself is used afterwards (``_refuse_stale``)."""
-    if type(array) is np.ndarray and array.base is not None:
-        _VIEW_WRITES.setdefault(trace, set()).add(key)
 
 
 def stale_guard(trace, args, prim):
     """A tape's guard once it has in-place writes: ``check_not_stale`` for the values made before
     the latest write (``trace.last_write``, a tape index). A value made after it cannot be a view
-    that a write overtook, so the common case costs one comparison per argument."""
+    that a write overtook, so the common case costs one comparison per argument. True when a
+    tracer was brought up to date (bind then reads the arguments' tape indices again)."""
     last = trace.last_write
+    moved = False
     for a in args:
         if type(a) is Tracer and a.index < last and a._trace is trace:
             key = memory_key(a.value)
             written_at = trace.written.get(key)
             if written_at is not None and a.index < written_at:
-                _refuse_stale(prim, trace, key)
+                refresh(trace, a, key, prim)
+                moved = True
+    return moved
+
+
+# --- writes through views --------------------------------------------------------------------------
+# A write into a view (``out[i][j] = v``, ``row = out[i]; row[j] = v``, ``out.T[i] = v``) is a write
+# into the array the view looks at: it is rebased onto the tracer that holds that whole array (its
+# *owner*) with the index the view's layout composes to (``out[i, j] = v``), so it is the same tape
+# entry, forward-mode write or staged scatter as that spelling. Every tracer of the memory made before
+# a write (the view written through, other views, other holders) is stale afterwards: at its next use
+# it is derived again from the owner (``refresh``), so it reads the new values with their gradient.
+
+def note_owner(trace, x, key):
+    """``x`` holds the whole memory ``key`` and was just written: later writes through views of it,
+    and the views made before, are rebased onto ``x`` (``trace.owners``, dropped when the level closes)."""
+    owners = trace.owners
+    if owners is None:
+        owners = trace.owners = {}
+    owners[key] = x
+
+
+def _sample(value):
+    while type(value) is Tracer:
+        value = value.value
+    return value
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def _whole(sample, memory):
+    """Does the array ``sample`` (whose memory is ``memory``) lay over that memory as ``memory`` does?"""
+    return sample is memory or (sample.shape == memory.shape and sample.strides == memory.strides
+                                and sample.dtype == memory.dtype and _address(sample) == _address(memory))
+
+
+def view_target(x):
+    """The memory that ``x``'s value is a partial view of (a NumPy array), or None when it holds its
+    whole memory (or is no array)."""
+    sample = _sample(x.value)
+    if type(sample) is not np.ndarray or sample.base is None:
+        return None
+    memory = root(sample)
+    if not isinstance(memory, np.ndarray) or _whole(sample, memory):
+        return None
+    return memory
+
+
+def _owner(trace, x, memory):
+    """The tracer of ``trace`` holding ``memory`` whole that a write through the view ``x`` goes to:
+    the last one written, or the tracer ``x`` was taken from (its ``src`` chain, set by indexing,
+    transpose and reshape)."""
+    owners = trace.owners
+    owner = owners.get(id(memory)) if owners else None
+    if owner is not None:
+        return owner
+    t = x
+    while True:
+        src = getattr(t, "src", None)
+        if type(src) is not Tracer or src._trace is not trace:
+            break
+        t = src
+    sample = _sample(t.value)
+    if type(sample) is np.ndarray and root(sample) is memory and _whole(sample, memory):
+        return t
+    raise InPlaceWriteError(
+        "x[...] = v writes through a view that wengert cannot follow back to the array it looks at "
+        "(a view made by an operation other than indexing, transpose, reshape and flip, such as "
+        "x.real of a complex array); write into that array itself (y[idx] = v, with the index the "
+        "view would have added) or take the values out first (v = view.copy()). " + ADVICE)
+
+
+def _plain_basic_parts(index):
+    """``index`` as a tuple of ints, slices of ints, None and Ellipsis, or None when it holds anything
+    else (arrays, masks, traced values): those writes go through a functional scatter of the view."""
+    parts = index if type(index) is tuple else (index,)
+    for i in parts:
+        kind = type(i)
+        if kind is int or i is None or i is Ellipsis:
+            continue
+        if kind is slice:
+            if all(b is None or type(b) is int or isinstance(b, np.integer) for b in (i.start, i.stop, i.step)):
+                continue
+            return None
+        if isinstance(i, np.integer) and kind is not np.bool_:
+            continue
+        return None
+    return parts
+
+
+def _layout_index(piece, memory):
+    """``piece`` (a view of ``memory``) as ``memory[index]``, its axes reordered: (index, order, shape)
+    where ``memory[index]`` has ``shape`` (``piece``'s axes longer than one, in ``memory``'s axis order)
+    and ``order`` lists which of those axes each of ``piece``'s longer-than-one axes is; None when no
+    index of ints and slices reaches exactly ``piece``'s elements (a reshape that merged axes)."""
+    size = memory.itemsize
+    offset = _address(piece) - _address(memory)
+    axes = [a for a in range(memory.ndim) if memory.shape[a] > 1]
+    if offset % size or any(memory.strides[a] <= 0 or memory.strides[a] % size for a in axes):
+        return None
+    starts = [0] * memory.ndim
+    for a in sorted(axes, key=lambda a: -memory.strides[a]):
+        starts[a], offset = divmod(offset, memory.strides[a])
+        if starts[a] >= memory.shape[a]:
+            return None
+    if offset:
+        return None
+    used = {}   # memory axis -> (step, length)
+    long_axes = []   # the memory axis of each of piece's axes longer than one
+    for length, stride in zip(piece.shape, piece.strides):
+        if length == 1:
+            continue
+        for a in sorted(axes, key=lambda a: -memory.strides[a]):
+            if a in used or stride % memory.strides[a]:
+                continue
+            step = stride // memory.strides[a]
+            last = starts[a] + step * (length - 1)
+            if step and 0 <= last < memory.shape[a]:
+                used[a] = (step, length)
+                long_axes.append(a)
+                break
+        else:
+            return None
+    index = []
+    for a in range(memory.ndim):
+        if a in used:
+            step, length = used[a]
+            stop = starts[a] + step * length
+            index.append(slice(starts[a], stop if stop >= 0 else None, step))
+        else:
+            index.append(starts[a])
+    index = tuple(index)
+    in_order = sorted(long_axes)
+    order = tuple(in_order.index(a) for a in long_axes)
+    found = memory[index + (Ellipsis,)]   # a view, even of one element
+    moved = found.transpose(order)
+    if moved.shape != tuple(n for n in piece.shape if n != 1) or _address(found) != _address(piece) or \
+            moved.strides != tuple(s for n, s in zip(piece.shape, piece.strides) if n != 1):
+        return None
+    return index, order, found.shape
+
+
+def _positions(piece, memory):
+    """The index arrays of ``memory`` at ``piece``'s elements (an advanced index of ``piece``'s shape),
+    for a view no index of ints and slices reaches."""
+    size = memory.itemsize
+    if memory.flags.c_contiguous:
+        order = "C"
+    elif memory.flags.f_contiguous:
+        order = "F"
+    else:
+        return None
+    flat = np.asarray((_address(piece) - _address(memory)) // size, dtype=np.intp)
+    for k, (length, stride) in enumerate(zip(piece.shape, piece.strides)):
+        axis = np.arange(length, dtype=np.intp) * (stride // size)
+        flat = flat + axis.reshape((length,) + (1,) * (piece.ndim - k - 1))
+    return np.unravel_index(np.broadcast_to(flat, piece.shape), memory.shape, order=order)
+
+
+def write_through_view(x, index, value, memory):
+    """``x[index] = value`` where ``x`` views part of ``memory``: the write goes to the owner of
+    ``memory`` (``_owner``) at the composed index; ``x`` and the other views are refreshed at their
+    next use."""
+    trace = x._trace
+    if not _sample(x.value).flags.writeable:   # NumPy's error for a read-only view (np.diagonal, broadcast_to)
+        raise ValueError("assignment destination is read-only")
+    parts = _plain_basic_parts(index)
+    if parts is None:   # x[mask] = v, x[[0, 2]] = v: the view written functionally, then put back whole
+        if trace.written is not None:
+            check_not_stale(trace, (x,), _setitem_name)
+        return write_through_view(x, Ellipsis, x.at[index].set(value), memory)
+    owner = _owner(trace, x, memory)
+    sample = _sample(x.value)
+    piece = sample[parts if Ellipsis in parts else parts + (Ellipsis,)]   # a view, even of one element
+    if piece.size == 0:
+        return None
+    found = _layout_index(piece, memory)
+    if found is None:
+        positions = _positions(piece, memory)
+        if positions is None:
+            _owner_unreachable()
+        owner[positions] = value
+        return None
+    target, order, shape = found
+    if piece.shape != shape or order != tuple(range(len(order))):
+        value = np.broadcast_to(value, _value_shape(value, piece.shape))
+        value = np.transpose(np.reshape(value, tuple(n for n in piece.shape if n != 1)), _inverse(order))
+    owner[target] = value
+    return None
+
+
+def _value_shape(value, shape):
+    """``shape``, or NumPy's error for a value that does not broadcast to it (leading ones dropped,
+    as an assignment does)."""
+    have = tuple(np.shape(_sample(value)) if type(value) is Tracer else np.shape(value))
+    while len(have) > len(shape) and have[0] == 1:
+        have = have[1:]
+    if np.broadcast_shapes(have, shape) != tuple(shape):   # (a ValueError too where they do not broadcast)
+        raise ValueError(f"could not broadcast input array from shape {have} into shape {tuple(shape)}")
+    return shape
+
+
+def _inverse(order):
+    inverse = [0] * len(order)
+    for k, a in enumerate(order):
+        inverse[a] = k
+    return tuple(inverse)
+
+
+def _owner_unreachable():
+    raise InPlaceWriteError(
+        "x[...] = v writes through a view that is not a regular part of the array it looks at; "
+        "write into that array with one index (x[i, j] = v rather than x[i][j] = v). " + ADVICE)
+
+
+def refresh(trace, a, key, prim):
+    """Bring the tracer ``a``, made before the latest write into its memory ``key``, up to date: a
+    holder of the whole memory takes the owner's place; a view is taken again from the owner by the
+    index its layout composes to (so it reads the new values, and their gradient)."""
+    owners = trace.owners
+    owner = owners.get(key) if owners else None
+    if owner is None:
+        _refuse_stale(prim)
+    sample = _sample(a.value)
+    memory = _sample(owner.value)
+    if type(sample) is not np.ndarray or type(memory) is not np.ndarray or sample.dtype != memory.dtype:
+        _refuse_stale(prim)
+    if _whole(sample, memory):
+        a.value = owner.value
+        fresh = owner
+    else:
+        found = _layout_index(sample, memory)
+        if found is None:
+            positions = _positions(sample, memory)
+            if positions is None:
+                _refuse_stale(prim)
+            fresh = owner[positions]
+        else:
+            target, order, shape = found
+            fresh = owner[target]
+            if order != tuple(range(len(order))):
+                fresh = np.transpose(fresh, order)
+            if sample.shape != shape:
+                fresh = np.reshape(fresh, sample.shape)
+    a.index = fresh.index
+    if trace.computes:
+        a.aux = getattr(fresh, "aux", None)
+
+
+class _Named:
+    def __init__(self, name):
+        self.name = name
+
+
+_setitem_name = _Named("x[...] = v")
+_output_name = _Named("the function's result")
+
+
+def settled(trace, out):
+    """The result ``out`` of the function a transform runs at ``trace``, its tracers that are views
+    made before an in-place write into their memory brought up to date (``refresh``) while the
+    level is open."""
+    if trace.written:
+        for leaf in tree.flatten(out)[0]:
+            if type(leaf) is Tracer and leaf._trace is trace:
+                check_not_stale(trace, (leaf,), _output_name)
+    return out
 
 
 def refuse_writes_into_inputs(trace, memory):
@@ -227,6 +494,12 @@ def write_in_place(x, index, value, write_prim):
     trace = x._trace
     if not trace.alive:
         raise LeakedTracerError("x[...] = v")
+    if not trace.hidden_axes:   # (vmap's level leaves writes to its per-example loop)
+        array = x.value
+        if type(array) is not np.ndarray or array.base is not None:   # (an array owning its memory: no view)
+            memory = view_target(x)
+            if memory is not None:
+                return write_through_view(x, index, value, memory)
     if trace.computes:   # a level without a tape handles the write itself
         return trace.write(x, index, value)
     if trace.observe is not None:   # watched by an engine observer (the profiler's detailed call)
@@ -258,6 +531,8 @@ def setitem_method(clean_index, write_prim):
             # neither make a view stale nor change what a rule saved, and it is not an input's.
             # Nothing to scan or check: write and record (_write_and_record, written out).
             ours = type(value) is Tracer and value._trace is trace
+            if ours and value.index < trace.last_write and _may_be_stale(trace, value):
+                check_not_stale(trace, (value,), write_prim)
             plain_value = value.value if ours else value
             kind = type(plain_value)
             if kind is not Tracer:
@@ -272,6 +547,16 @@ def setitem_method(clean_index, write_prim):
                 return
         write_in_place(x, index, value, write_prim)
     return setitem
+
+
+def _may_be_stale(trace, value):
+    """Can the tracer ``value``, made before the latest write, be a view that a write overtook? Not
+    when it is a number or an array that owns memory never written (a loop's fixed operand)."""
+    v = value.value
+    kind = type(v)
+    if kind is np.ndarray:
+        return v.base is not None or id(v) in trace.written
+    return kind is Tracer
 
 
 def _write_and_record(trace, x, index, value, plain_value, ours, write_prim):
@@ -308,7 +593,6 @@ def _checked_write(x, index, value, write_prim):
         if not isinstance(memory, np.ndarray):
             raise InPlaceWriteError("Item assignment needs an array; " + ADVICE)
         key = id(memory)
-        note_view_write(trace, array.value if type(array) is Tracer else array, key)   # (jit(grad): a staged sample)
     if key in _input_memory(trace):
         _refuse_input()
     if trace.scanned < len(trace.tape):
@@ -322,9 +606,17 @@ def _checked_write(x, index, value, write_prim):
     if trace.written is None:
         trace.written = {}
         trace.guard = stale_guard
-    elif x.index < trace.last_write:
-        check_not_stale(trace, (x,), write_prim)
+    else:
+        last = trace.last_write
+        if x.index < last or (ours and value.index < last and (type(plain_value) is np.ndarray or type(plain_value)
+                                                               is Tracer) and _may_be_stale(trace, value)):
+            check_not_stale(trace, (x, value), write_prim)
+            plain_value = value.value if ours else value
     last = _write_and_record(trace, x, index, value, plain_value, ours, write_prim)
+    owners = trace.owners   # note_owner, written out
+    if owners is None:
+        owners = trace.owners = {}
+    owners[key] = x
     trace.written[key] = last
     trace.last_write = last
     trace.scanned = last + 1   # the write's entry keeps nothing

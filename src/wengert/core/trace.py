@@ -67,6 +67,7 @@ def close_level(trace):
         observer.closed(trace, sys._getframe(1))
     trace.alive = False
     trace.guard = _refuse_leaked
+    trace.owners = None   # its tracers point back at the trace: no cycle outlives the level
     stack = trace.stack
     if stack and stack[-1] is trace:
         stack.pop()
@@ -93,7 +94,7 @@ class Trace:
     * ``guard``: when set, bind calls it (or ``process``) before each operation: the rare path.
     """
 
-    __slots__ = ("level", "stack", "alive", "guard", "__weakref__")
+    __slots__ = ("level", "stack", "alive", "guard", "owners", "__weakref__")
     computes = False
     hidden_axes = 0
     observe = None    # a reverse level being watched operation by operation (see ReverseTrace)
@@ -104,6 +105,7 @@ class Trace:
         self.level = 0
         self.alive = True
         self.guard = None
+        self.owners = None   # id(memory) -> the tracer holding it whole, as last written (core/mutation.py)
 
 
 class ReverseTrace(Trace):
@@ -154,12 +156,13 @@ class Tracer:
 
     ``index`` is its tape index on a reverse level (on a computing level, a counter the level may
     use); ``aux`` is what a computing level carries beside the value (forward mode: the tangent; on
-a tape's tracers, the Metadata its indexed reads keep).
+a tape's tracers, the Metadata its indexed reads keep); ``src``, on a view (indexing, transpose,
+reshape), the tracer it was taken from, where a write through the view goes (core/mutation.py).
     The array-like behaviour (operators, methods, NumPy protocols) is attached by
     ``wengert.numpy``, so the engine stays independent of the NumPy face.
     """
 
-    __slots__ = ("value", "_trace", "index", "aux")
+    __slots__ = ("value", "_trace", "index", "aux", "src")
     __array_priority__ = 1000.0
 
     def __init__(self, value, trace, index):
@@ -649,7 +652,8 @@ def bind(prim, args, params, into=None):
     if trace.guard is not None:
         if trace.computes:
             return trace.process(prim, args, vals, parents, params)
-        trace.guard(trace, args, prim)
+        if trace.guard(trace, args, prim):   # an argument made before an in-place write was brought up
+            return bind(prim, args, params, into)   # to date (core/mutation.py): its tape index moved
         if trace.observe is not None:
             return trace.observe.operation(trace, prim, args, vals, parents, params)
     # the rest is apply_and_record, written out: this is the hot path (positional calls spelled

@@ -457,7 +457,7 @@ def reshape(a, /, shape=None, order="C", *, newshape=None, copy=None):
         raise NotImplementedError("wengert.numpy.reshape: only order='C' is supported on traced values")
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    return S.reshape(a, shape=tuple(shape))
+    return _view_of(a, S.reshape(a, shape=tuple(shape)))
 
 
 @traceable(np.ravel)
@@ -469,7 +469,19 @@ def ravel(a, order="C"):
 def transpose(a, axes=None):
     if axes is not None:
         axes = tuple(ax % _ndim(a) for ax in axes)
-    return S.transpose(a, axes=axes)
+    return _view_of(a, S.transpose(a, axes=axes))
+
+
+def _view_of(a, out):
+    """``out``, remembering ``a`` as where a write through it goes when it is a view of ``a``'s
+    memory (NumPy's transpose and flip always, its reshape where the strides allow; core/mutation.py)."""
+    if type(out) is Tracer and type(a) is Tracer and out._trace is a._trace:
+        sample = out.value
+        while type(sample) is Tracer:
+            sample = sample.value
+        if type(sample) is np.ndarray and sample.base is not None:
+            out.src = a
+    return out
 
 
 @traceable(np.moveaxis)
@@ -734,7 +746,7 @@ def _pad_statistic(array, widths, stat):
 def flip(m, axis=None):
     if axis is not None:
         axis = _norm_axis(axis, _ndim(m))
-    return S.flip(m, axis=axis)
+    return _view_of(m, S.flip(m, axis=axis))
 
 
 @traceable(np.fliplr)

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from ..core.backward import is_basic
 from ..core.errors import NoDerivativeError
 from ..core.mutation import check_not_stale, setitem_method, stale_guard
 from ..core.trace import SMALL, Metadata, Tracer, bind, reusable_operand, unbox
@@ -62,19 +63,27 @@ def clean_index(index):
 def _getitem(self, index):
     """``x[index]``: the hot path of per-column loops, recorded here without the generic ``bind``."""
     kind = type(index)   # is_plain_basic, written out: ints and slices need no cleaning
+    src = self   # the tracer a view was taken from (a write through it goes there: core/mutation.py)
     if kind is tuple:
         for i in index:
             if type(i) is not int and type(i) is not slice:
                 index = clean_index(index)
+                if not is_basic(index):
+                    src = None   # a copy
                 break
     elif kind is not int and kind is not slice:
         index = clean_index(index)
+        if not is_basic(index):
+            src = None
     trace = self._trace
     value = self.value
     guard = trace.guard
     if guard is not None or type(value) is Tracer:
         if guard is not stale_guard or trace.observe is not None or type(value) is Tracer:
-            return bind(S.getitem, (self,), {"index": index})
+            out = bind(S.getitem, (self,), {"index": index})
+            if type(out) is Tracer and out._trace is trace:
+                out.src = src
+            return out
         if self.index < trace.last_write:   # stale_guard, inlined: a tape with in-place writes
             check_not_stale(trace, (self,), S.getitem)
     tape = trace.tape
@@ -90,6 +99,7 @@ def _getitem(self, index):
     out.value = value[index]   # indexed first: an IndexError records nothing
     out._trace = trace
     out.index = len(tape)
+    out.src = src
     tape.append((S.getitem, [kept], None, {"index": index}, ((0, self.index),)))
     return out
 
@@ -103,7 +113,10 @@ def _len(self):
 
 def _iter(self):
     for i in range(_len(self)):
-        yield S.getitem(self, index=i)
+        out = S.getitem(self, index=i)
+        if type(out) is Tracer and out._trace is self._trace:
+            out.src = self   # a view: writes through it go to self (core/mutation.py)
+        yield out
 
 
 def _repr(self):

@@ -236,6 +236,7 @@ class FusedBatchTrace(BatchTrace):
             self.alive = True
             self.size = size
             self.guard = _never
+            self.owners = None
         else:
             super().__init__(size)
         self.parent = parent
@@ -272,7 +273,7 @@ class FusedBatchTrace(BatchTrace):
 
 
 # the fields Trace.__init__ sets, as FusedBatchTrace.__init__ sets them (else it calls it)
-_PLAIN_TRACE_FIELDS = Trace.__slots__ == ("level", "stack", "alive", "guard", "__weakref__")
+_PLAIN_TRACE_FIELDS = Trace.__slots__ == ("level", "stack", "alive", "guard", "owners", "__weakref__")
 _ONE = (True,)
 
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..core import namespace, tree
 from ..core.errors import LeakedTracerError, NoDerivativeError, run_user
-from ..core.mutation import (ADVICE, InPlaceWriteError, check_not_stale, memory_of, note_view_write,
-                             refuse_writes_into_inputs, staged_or_plain)
+from ..core.mutation import (ADVICE, InPlaceWriteError, check_not_stale, memory_of, note_owner,
+                             refuse_writes_into_inputs, settled, staged_or_plain)
 from ..core.trace import Trace, Tracer, apply, close_level, dtype_of, make_tracer, open_level, shape_of, unbox
 from .reverse import _as_input, _normalize_argnums, grad, jacobian, vjp
 from .. import numpy as wnp
@@ -96,11 +96,13 @@ class JVPTrace(Trace):
         if not isinstance(memory, np.ndarray):
             raise InPlaceWriteError("Item assignment needs an array of this transform; " + ADVICE)
         refuse_writes_into_inputs(self, memory)
-        note_view_write(self, array, id(memory))
         if self.written is None:
             self.written = {}
         else:
-            check_not_stale(self, (x,), _setitem_name)
+            check_not_stale(self, (x, value), _setitem_name)
+            array = x.value
+            plain = value.value if ours else value
+        note_owner(self, x, id(memory))
         array[index] = plain
         old = x.aux if x.aux is not None else np.zeros(shape_of(array), dtype_of(array))
         new = value.aux if ours else np.zeros((), dtype_of(array))
@@ -209,7 +211,7 @@ def _jvp_leaves(f, primal_leaves, tangent_leaves, rebuild):
             tracer = make_tracer(p, trace)
             tracer.aux = t
             wrapped.append(tracer)
-        out = run_user(f, rebuild(wrapped), {})
+        out = settled(trace, run_user(f, rebuild(wrapped), {}))
     finally:
         close_level(trace)
     out_leaves, out_def = tree.flatten(out)

@@ -39,7 +39,7 @@ from ..core import backward as _backward
 from ..core.backward import is_plain_basic
 from ..core import tree
 from ..core.errors import LeakedTracerError, NeedsLoop, TracerConversionError, run_user
-from ..core.mutation import check_not_stale, note_view_write, refuse_writes_into_inputs, root, stale_guard
+from ..core.mutation import check_not_stale, note_owner, refuse_writes_into_inputs, root, settled, stale_guard
 from ..core.trace import (Primitive, ReverseTrace, Trace, Tracer, close_level, make_tracer,
                           open_level, open_levels, unbox)
 from ..primitives import _table
@@ -308,14 +308,15 @@ class StagingTrace(Trace):
     # -- in-place writes (functional in the program) --
     def write(self, x, index, value):
         """``x[index] = value``: the sample is written in place (NumPy's meaning, so views made
-        earlier are refused when used, see core/mutation.py), the program gets a functional scatter."""
+        earlier are taken again from ``x`` when used, see core/mutation.py), the program gets a
+        functional scatter. ``x`` holds its whole memory (a write through a view comes here rebased)."""
         memory = root(x.value)
         refuse_writes_into_inputs(self, memory)
-        note_view_write(self, x.value, id(memory))
         if self.written is None:
             self.written = {}
         else:
-            check_not_stale(self, (x,), scatter_set)
+            check_not_stale(self, (x, value), scatter_set)
+        note_owner(self, x, id(memory))
         if is_plain_basic(index):   # the sample is written in place, not copied first (a copy per write)
             new = self.stage(scatter_set, (x, value), {"index": index}, impl=_set_into)
         else:
@@ -916,7 +917,7 @@ class Jitted:
             wrapped = [trace.new_input(leaf) for leaf in leaves]
             dyn_args, dyn_kwargs = tree.unflatten(treedef, wrapped)
             args, kwargs = self._rebuild(static, dyn_args, dyn_kwargs)
-            out = run_user(self.f, args, kwargs)
+            out = settled(trace, run_user(self.f, args, kwargs))
         except NeedsLoop as e:  # vmap's signal for work whose shape depends on each example's values
             raise ConcretizationError(
                 f"{e}. Under wg.jit the same holds for the values the program will receive: the result's "

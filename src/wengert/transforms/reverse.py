@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core import namespace, tree
 from ..core.backward import backward
-from ..core.mutation import root
+from ..core.mutation import root, settled
 from ..core.errors import NonDifferentiableInputError, NonScalarOutputError, run_user
 from ..core.trace import INPUT, Tracer, close_trace, collector_paused, dtype_of, make_tracer, new_trace, shape_of, unbox
 from .. import numpy as wnp
@@ -125,7 +125,7 @@ class _Recording:
                     input_indices.append(index)
                 self.in_defs.append(treedef)
                 args[a] = tree.unflatten(treedef, wrapped)
-            out = run_user(f, args, kwargs)
+            out = settled(trace, run_user(f, args, kwargs))
         finally:
             close_trace(trace)
         if has_aux:
