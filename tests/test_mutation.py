@@ -495,3 +495,23 @@ def test_element_writes_whose_array_cotangent_arrives_shared_or_accumulated():
         out[1] = x[2] ** 2
         return wnp.sum(before * out)
     wg.check_grads(twice, (rng.standard_normal(3),), order=1)
+
+
+def test_a_write_after_a_product_whose_rules_that_run_do_not_read_the_written_values():
+    """``out[:, 0] *= 3.0`` keeps a small ``out[:, 0]`` on the tape only for the rule of ``3.0``,
+    which never runs: the write is allowed. A factor of a traced operand is still refused."""
+    def scaled(x):
+        out = x * 1.0
+        out[:, 0] *= 3.0
+        out[0] = out[0] * 2.0
+        return wnp.sum(out ** 2)
+    x = rng.standard_normal((3, 4))
+    assert wg.check_grads(scaled, (x,)) is None
+
+    def read_by_a_rule(x):
+        out = x * 1.0
+        s = out[:, 0] * x[:, 1]          # the rule of x[:, 1] reads out[:, 0]
+        out[:, 0] = 0.0
+        return wnp.sum(s)
+    with pytest.raises(InPlaceWriteError, match="multiply saved"):
+        wg.grad(read_by_a_rule)(x)

@@ -91,8 +91,43 @@ def chained(x, np=np):
     return out.ravel() * np.arange(1.0, 13.0)
 
 
+def whole_and_iterated(x, np=np):
+    out = x * 1.0
+    v = out[:]                        # every element: a holder of the whole array
+    v[0, 1] = x[2, 2] * 3
+    w = out[...]
+    out[1, 1] = x[0, 0] ** 2
+    for k, row in enumerate(out):     # iteration gives views too
+        row[k + 1] = x[k, 3] * 2
+    return np.concatenate([out.ravel(), v.ravel(), w.ravel()])
+
+
+def reshapes_and_copies(x, np=np):
+    out = x * 1.0
+    c = out.T.reshape(-1)             # NumPy copies here: the write stays in the copy
+    c[0] = 100.0 * x[1, 2]
+    s = out[:, None, 1:3].squeeze(1)  # views
+    s[0, 0] = x[1, 1] * 5
+    e = np.expand_dims(out, 0)
+    e[0, 2, 3] = x[0, 0]
+    r = out.ravel()
+    r[1] = x[2, 0] * 7
+    np.fliplr(out)[1, 0] = x[0, 2]    # out[1, 3]
+    out[::-1, ::2][0] = x[1, :2]      # out[2, ::2]
+    return np.concatenate([out.ravel(), c, s.ravel(), e.ravel(), r])
+
+
+def augmented_and_broadcast(x, np=np):
+    out = x * 1.0
+    out[1][2] += x[0, 0] * 2
+    out.T[0] *= 3.0                   # the column out[:, 0], read then written
+    out[:, None][1] = x[0] * 2        # a (4,) value into a (1, 4) view of out[1]
+    out[None, :, 1:2][0, 1:] = x[:2, :1] * 3
+    return out.ravel()
+
+
 CASES = [every_element, row_then_element, transposed, column_mask, reshaped, overlapping, view_before_write,
-         chained]
+         chained, whole_and_iterated, reshapes_and_copies, augmented_and_broadcast]
 
 
 def numeric_jacobian(f, x, eps=1e-6):

@@ -90,10 +90,15 @@ def _scan_saved(trace):
                     saved.setdefault(id(root(a)), prim.name)
         if args:
             flags = prim.value_args
+            skip = None   # positions no rule that runs reads for its values (Primitive.plan), found once needed
             k = -1
             for a in args:
                 k += 1
                 if a is None or (flags is not None and k < len(flags) and not flags[k]):
+                    continue
+                if skip is None:
+                    skip = _not_read_by_value(prim, parents)
+                if k in skip:
                     continue
                 kind = type(a)
                 if kind is ndarray:
@@ -112,6 +117,21 @@ def _scan_saved(trace):
                     name = prim.name
                 saved.setdefault(id(a), name)
     trace.scanned = end
+
+
+def _not_read_by_value(prim, parents):
+    """The argument positions of an entry with traced arguments at ``parents`` that the rules which
+    run read only for their shapes, or not at all (``x[0] * 3.0`` keeps a small ``x[0]`` that only
+    the rule of ``3.0``, never run, would read): a write into their memory changes no gradient."""
+    plans = prim.plans
+    if plans is None:
+        return ()
+    traced = 0
+    for position, _ in parents:
+        traced |= 1 << position
+    plan = plans.get(traced) or prim.plan(traced)
+    trims = plan[1]
+    return () if trims is None else trims[1] + trims[2]
 
 
 def memory_key(value):
@@ -195,10 +215,18 @@ def _address(a):
     return a.__array_interface__["data"][0]
 
 
-def _whole(sample, memory):
-    """Does the array ``sample`` (whose memory is ``memory``) lay over that memory as ``memory`` does?"""
+def _same_layout(sample, memory):
+    """Does the array ``sample`` lay over its memory as the array ``memory`` does?"""
     return sample is memory or (sample.shape == memory.shape and sample.strides == memory.strides
                                 and sample.dtype == memory.dtype and _address(sample) == _address(memory))
+
+
+def _whole(sample, memory):
+    """Does the array ``sample`` hold all of ``memory``, element for element in C order (as it is, or
+    reshaped: a reshape NumPy had to copy is a view of its copy)?"""
+    return _same_layout(sample, memory) or (
+        sample.size == memory.size and sample.dtype == memory.dtype and sample.flags.c_contiguous
+        and memory.flags.c_contiguous and _address(sample) == _address(memory))
 
 
 def view_target(x):
@@ -337,13 +365,14 @@ def write_through_view(x, index, value, memory):
             check_not_stale(trace, (x,), _setitem_name)
         return write_through_view(x, Ellipsis, x.at[index].set(value), memory)
     owner = _owner(trace, x, memory)
+    whole = _sample(owner.value)   # memory, maybe reshaped (_whole)
     sample = _sample(x.value)
     piece = sample[parts if Ellipsis in parts else parts + (Ellipsis,)]   # a view, even of one element
     if piece.size == 0:
         return None
-    found = _layout_index(piece, memory)
+    found = _layout_index(piece, whole)
     if found is None:
-        positions = _positions(piece, memory)
+        positions = _positions(piece, whole)
         if positions is None:
             _owner_unreachable()
         owner[positions] = value
@@ -392,9 +421,11 @@ def refresh(trace, a, key, prim):
     memory = _sample(owner.value)
     if type(sample) is not np.ndarray or type(memory) is not np.ndarray or sample.dtype != memory.dtype:
         _refuse_stale(prim)
-    if _whole(sample, memory):
+    if _same_layout(sample, memory):
         a.value = owner.value
         fresh = owner
+    elif _whole(sample, memory):
+        fresh = np.reshape(owner, sample.shape)
     else:
         found = _layout_index(sample, memory)
         if found is None:

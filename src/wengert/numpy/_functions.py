@@ -14,6 +14,7 @@ import opt_einsum
 
 from ..core.errors import NoDerivativeError
 from ..core.mutation import check_not_stale as _check_not_stale
+from ..core.mutation import root as _root
 from ..core.mutation import stale_guard as _stale_guard
 from ..core.namespace import is_foreign as _is_foreign
 from ..core.namespace import refuse_data_dependent as _refuse_data_dependent
@@ -476,10 +477,10 @@ def _view_of(a, out):
     """``out``, remembering ``a`` as where a write through it goes when it is a view of ``a``'s
     memory (NumPy's transpose and flip always, its reshape where the strides allow; core/mutation.py)."""
     if type(out) is Tracer and type(a) is Tracer and out._trace is a._trace:
-        sample = out.value
+        sample, operand = out.value, a.value
         while type(sample) is Tracer:
-            sample = sample.value
-        if type(sample) is np.ndarray and sample.base is not None:
+            sample, operand = sample.value, operand.value
+        if type(sample) is np.ndarray and sample.base is not None and _root(sample) is _root(operand):
             out.src = a
     return out
 
