@@ -8,7 +8,7 @@ One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cos
 001's colwise attention, each with its results in a Buffer, written in place into a traced array,
 or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
 ``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and five
-more norm spellings; with ``--more-loops`` the loops themselves written thirteen (W1) and nine (W2)
+more norm spellings; with ``--more-loops`` the loops themselves written fourteen (W1) and nine (W2)
 further ways: workloads.W1_LOOP_FORMS, W2_LOOP_FORMS; W1's also at 16x with ``--sixteen all``). Medians of one run, measured round-robin as in run.py and jit.py
 (run.measure: fast calls grouped into ~5 ms samples, each after one untimed call):
 
@@ -174,7 +174,7 @@ def main(argv=None):
                         "where used, columns normalized first, lists + np.array, x.at[].set, the batch innermost, "
                         "a matrix-vector product per (j, k), columns of a[..., k], np.split and enumerate, "
                         "np.moveaxis and iterate, rows of a.T, columns kept 2-D (a[:, j:j+1, k].T @ ...), np.take "
-                        "then the column, x[:, [i], k].ravel(); W2 with b "
+                        "then the column, x[:, [i], k].ravel(), np.dot(u / |u|, v / |v|) per pair; W2 with b "
                         "outer, lists + np.array, an einsum per column, x.at[].set, one row per step, rows of y.T, "
                         "the steps stacked and read Y[t, :, b], columns kept 2-D, the steps glued and read "
                         "Y[:, t*B + b]")

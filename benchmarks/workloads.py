@@ -175,7 +175,8 @@ def w1_spellings_code(np, Buffer=None):
 # columns are read, what the results are collected in, the loop order, how the work is split
 W1_LOOP_FORMS = ("inline reads", "normalized first", "lists+np.array", "x.at[].set", "loop order i,j,k",
                  "matrix-vector per (j,k)", "columns of a[..., k]", "np.split, enumerate", "np.moveaxis, iterate",
-                 "rows of a.T", "columns kept 2-D", "np.take, then the column", "list index, raveled")
+                 "rows of a.T", "columns kept 2-D", "np.take, then the column", "list index, raveled",
+                 "normalized in the kernel")
 
 
 def w1_loop_forms_code(np, Buffer=None, at=None):
@@ -300,7 +301,7 @@ def w1_loop_forms_code(np, Buffer=None, at=None):
                     out[i, j, k] = (bi.T @ aj)[0, 0] / (np.sqrt((bi.T @ bi)[0, 0]) * na)
         return np.sum(softmax(out.freeze(), axis=0) * wts)
 
-    def read_with(column):            # the seed's Buffer loop with each column read as column(x, i, k)
+    def read_with(column, kernel=cos):  # the seed's Buffer loop with each column read as column(x, i, k)
         def loss(a, b, wts):
             W, R, B = a.shape
             N = b.shape[1]
@@ -309,16 +310,20 @@ def w1_loop_forms_code(np, Buffer=None, at=None):
                 for j in range(R):
                     aj = column(a, j, k)
                     for i in range(N):
-                        out[i, j, k] = cos(column(b, i, k), aj)
+                        out[i, j, k] = kernel(column(b, i, k), aj)
             return np.sum(softmax(out.freeze(), axis=0) * wts)
         return loss
 
+    def unit_dot(u, v):               # the cosine as the dot product of unit vectors, normalized per pair
+        return np.dot(u / np.linalg.norm(u), v / np.linalg.norm(v))
+
     take_column = read_with(lambda x, i, k: np.take(x, i, axis=1)[:, k])   # a copy of x[:, i], then the column
     list_index = read_with(lambda x, i, k: x[:, [i], k].ravel())          # a (W, 1) copy made a vector again
+    normalized_kernel = read_with(lambda x, i, k: x[:, i, k], unit_dot)    # the seed's loop, that kernel
 
     return dict(zip(W1_LOOP_FORMS, (inline_reads, normalized_first, lists_array, at_set, loop_order_ijk,
                                     matrix_vector, per_batch, split_enumerate, moveaxis_iterate, rows_of_transpose,
-                                    columns_2d, take_column, list_index)))
+                                    columns_2d, take_column, list_index, normalized_kernel)))
 
 
 

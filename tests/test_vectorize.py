@@ -554,6 +554,21 @@ def test_columns_read_where_used_contract_each_cotangent_term_per_column():
     fd_check(lambda bb: f(a, bb, wts), (bb,))
 
 
+def test_columns_normalized_per_pair_contract_their_cotangents_through_the_norms():
+    """``np.dot(u / |u|, v / |v|)`` per pair: each pair's backward divides its cotangent by the column's
+    norm and sums ``g * u * v / |u|`` over w. The divisions go onto the lanes' scalars (each term one
+    grid_rowsum per column), the sums over w are the forward's dot products scaled per lane: no
+    (lanes, w) array, and one grid_dot in all."""
+    n, w, r, b = 6, 5, 3, 4
+    a, bb, wts = w1_inputs(n, w, r, b)
+    f = workloads.w1_loop_forms_code(wnp, wg.Buffer)["normalized in the kernel"]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
+    assert _count(lowered, "grid_rowsum") == 4 and _count(lowered, "grid_dot") == 1
+    assert not _lane_products(lowered, n * r * b, w, prims=("multiply", "divide", "negative", "add"))
+    fd_check(lambda a: f(a, bb, wts), (a,))
+    fd_check(lambda bb: f(a, bb, wts), (bb,))
+
+
 @pytest.mark.parametrize("body", ["loop order i,j,k", "lists+np.array"])
 def test_many_batches_on_the_unit_stride_axis_take_einsums_loop_with_the_same_values(body, monkeypatch):
     """Seed 000's loop with more than _EINSUM_MIN_BATCH batches, written batch innermost (or building
@@ -1340,14 +1355,20 @@ def test_columns_kept_two_dimensional_are_read_and_scattered_as_columns():
     # a[:, j:j+1, k] is a[:, j, k] reshaped, and its cotangent, added at the slice, is added at the int:
     # reads and scatters at varying slice bounds were one equation per column (seed 000 so written:
     # 2563 equations, 18x the hand-written gradient at the seed's size; seed 001: 25195, 12x)
+    # Their products (1, W) @ (W, 1) are the columns' dot products, and the backward's products over
+    # one element (g @ v.T) products by a number: the lanes' dot products are matmuls over the grid
+    # and no (lanes, 1, W) @ (lanes, W, 1) product is left (2.5x the hand-written gradient at the seed's
+    # size, 6x at 16x). (The sizes put more than 64 items in every class, as a few items batch
+    # dot products as NumPy's matmul.)
     f = workloads.w1_loop_forms_code(wnp, wg.Buffer)["columns kept 2-D"]
     counts = []
-    for b in (8, 24):
+    for b in (40, 56):
         a, bb, wts = w1_inputs(3, 4, 2, b)
         step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
         close(step(a, bb, wts), workloads.w1_hand_einsum(a, bb, wts), rtol=1e-9)
         lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=4)
         assert _unit_slice_reads(lowered) == 0
+        assert _count(lowered, "grid_dot") == 3 and not any("matmul" in e.prim.name for e in lowered.program.eqns)
         counts.append(lowered.eqns)
     assert counts[0] == counts[1], counts   # the program does not grow with the loop
     fd_check(lambda a: f(a, bb, wts), (a,))
@@ -1358,6 +1379,10 @@ def test_columns_kept_two_dimensional_are_read_and_scattered_as_columns():
     close(wg.jit(wg.value_and_grad(f, argnums=(0, 1)))(Wm, bm, xs, Hs, wts), (value, grads), rtol=1e-9)
     lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=5)
     assert _unit_slice_reads(lowered) == 0
+    # ys[0]'s column, read by every step, takes its cotangents as the dot products' spelling does:
+    # no row of a batched array read back per member (seed 001 at its size: 32,816 equations, 4x)
+    assert len([e for e in lowered.program.eqns if e.prim.name == "getitem"
+                and type((e.params["index"] if type(e.params["index"]) is tuple else (e.params["index"],))[0]) is int]) <= 2
     fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from ..core.errors import NeedsLoop
 from ..core.trace import Tracer, close_level, open_level
 from ..primitives._batching import elementwise_rule
+from ..primitives.contractions import dot, matmul
 from ..primitives.elementwise import add, multiply, subtract
 from ..primitives.reductions import sum_
 from ..primitives.scatter import scatter_set
@@ -1835,11 +1836,14 @@ def _entries(lanes, per):
 class _Products:
     """What ``_lane_terms`` may add to the program: the products of a term's row factors (computed
     once per column, not per lane) and its constants (on the lanes' scalars or on those products,
-    whichever has fewer elements). ``made``: the new equations, to go before the equation they serve."""
+    whichever has fewer elements). ``made``: the new equations, to go before the equation they serve.
+    ``quotients``: whether a term's lanes' scalars may be quotients and negations (``_factors``), which
+    pays where the terms are summed per group, not where each lane is its own group (a column's
+    own scalars are as cheap on its row)."""
 
-    def __init__(self, producers, count, fresh, source):
+    def __init__(self, producers, count, fresh, source, quotients=False):
         self.producers, self.count, self.fresh, self.source = producers, count, fresh, source
-        self.made, self._known = [], {}
+        self.made, self._known, self.quotients = [], {}, quotients
 
     def multiply(self, x, y):
         return self.binary(multiply, x, y)
@@ -1886,18 +1890,29 @@ def _merged_terms(terms, products):
     return merged
 
 
-def _factors(v, producers, n):
+def _factors(v, producers, n, quotients=False):
     """``v`` (lanes first) as a product of elementwise factors: (columns, constants, rows), columns the
-    lanes' scalars (``_lane_column``: (g, gidx)), constants that keep v's dtype, rows (source, ridx)
-    the rows ``source[ridx]`` of arrays; the leaves of a tree of multiplies, or None."""
+    lanes' scalars (``_lane_column``: (g, gidx), or (g, gidx, divide) for a divisor), constants that
+    keep v's dtype, rows (source, ridx) the rows ``source[ridx]`` of arrays; the leaves of a tree of
+    multiplies (with ``quotients``, also of negations and divisions by lane scalars: ``u / |u|``'s
+    backward divides each pair's cotangent by the column's norm), or None."""
     col = _lane_column(v, producers, n) if len(v.shape) == 2 else None
     if col is not None:
         return [col], [], []
     eqn = producers.get(v.id)
-    if eqn is not None and eqn.prim.name == "multiply" and len(eqn.args) == 2 and not eqn.params:
+    name = eqn.prim.name if eqn is not None and not eqn.params else None
+    if quotients and name in ("negative", "divide") and type(eqn.args[0]) is Var and eqn.args[0].shape == v.shape \
+            and eqn.args[0].dtype == v.dtype:
+        den = eqn.args[1] if name == "divide" and len(eqn.args) == 2 else None
+        den = _lane_column(den, producers, n) if type(den) is Var and den.shape == (n, 1) \
+            and den.dtype == v.dtype else None
+        if name == "negative" or den is not None:
+            cols, consts, rows = _factors(eqn.args[0], producers, n, quotients)
+            return (cols + [den + (eqn.prim,)], consts, rows) if den is not None else (cols, consts + [-1], rows)
+    if name == "multiply" and len(eqn.args) == 2:
         cols, consts, rows = [], [], []
         for a in eqn.args:
-            got = _factors(a, producers, n) if type(a) is Var and a.dtype == v.dtype and a.shape[:1] == (n,) \
+            got = _factors(a, producers, n, quotients) if type(a) is Var and a.dtype == v.dtype and a.shape[:1] == (n,) \
                 else ([], [a], []) if _keeps_dtype(a, v.dtype) else None
             if got is None:
                 break
@@ -1907,6 +1922,23 @@ def _factors(v, producers, n):
         else:
             return cols, consts, rows
     return [], [], [_lane_rows(v, producers, n)]
+
+
+def _lane_scalars(cols, products, n):
+    """(g, gidx): the lanes' scalars of ``_factors``'s columns, one (n,) array of their product and
+    quotients where there are several (the cotangent over the column's norm, per lane)."""
+    if len(cols) == 1 and len(cols[0]) == 2:
+        return cols[0]
+    g = None
+    for col in cols:
+        c, cidx = col[0], col[1]
+        if c.shape != (n,) or not np.array_equal(cidx, np.arange(n)):
+            c = products.take(c, cidx)
+        if len(col) == 2:
+            g = c if g is None else products.multiply(g, c)
+        else:
+            g = products.binary(col[2], 1.0 if g is None else g, c)
+    return g, np.arange(n)
 
 
 def _column_factors(s, products):
@@ -1967,20 +1999,21 @@ def _lane_product(v, products, n):
     rows (the backward of ``np.abs(u) ** 2``: lanes x rows of 2|u| x rows of sign(u)), as one lane
     product (g, gidx, s, ridx): the row factors multiplied once per column into s, the constants on
     g or on s, whichever is smaller. None for any other v."""
-    found = _factors(v, products.producers, n)
+    found = _factors(v, products.producers, n, products.quotients)
     if found is None:
         return None
     cols, consts, rows = found
-    if len(cols) != 1 or not rows:
+    if not cols or not rows or (len(cols) != 1 and not products.quotients):
         return None
-    (g, gidx), ridx = cols[0], rows[0][1]
+    ridx = rows[0][1]
     read = [r for r, _ in rows]
     if any(r.shape[1:] != v.shape[1:] or r.dtype != v.dtype or r.shape != read[0].shape for r in read) \
-            or any(not np.array_equal(i, ridx) for _, i in rows[1:]) or g.dtype != v.dtype:
+            or any(not np.array_equal(i, ridx) for _, i in rows[1:]) or any(c[0].dtype != v.dtype for c in cols):
         return None
     made = products.producers[v.id]
     if made.source is not None:   # the new equations are the backward this product was part of
         products.source = made.source
+    g, gidx = _lane_scalars(cols, products, n)
     parts, scalars = [], []
     for r in read:
         c, p, k = _column_factors(r, products) if r is not v else ([], [r], [])
@@ -2036,7 +2069,7 @@ def _lane_terms(v, products, n):
         r = len(lanes) // n
         return [(g, gidx[_entries(lanes, per)], s, ridx[_entries(lanes, per)], per * r)
                 for g, gidx, s, ridx, per in terms]
-    if eqn.prim.name != "multiply":
+    if eqn.prim.name != "multiply" and not (products.quotients and eqn.prim.name in ("divide", "negative")):
         return None
     found = _lane_product(v, products, n)
     return None if found is None else [found + (1,)]
@@ -2206,16 +2239,68 @@ def _summed_view_eqns(eqn, found, products):
     return made
 
 
+def _scaled_lane_dot_eqns(eqn, products, known):
+    """``eqn`` = ``sum(X, axis=1)`` of lane products X (n, w) with exactly two row factors and some
+    lane scalars or constants (``u / |u|``'s backward: each pair's ``-g / |u| * sum(v * u)``) as the
+    lanes' scalars times one ``_grid_dot`` of the rows, not an (n, w) product per factor (the one the
+    forward pass made where ``known``, {(x, y): [(plan, dots)]}, has it); or None."""
+    x, out = eqn.args[0], eqn.outs[0]
+    if type(x) is not Var or len(x.shape) != 2 or eqn.params.get("axis") not in ((1,), 1, (-1,), -1) \
+            or products.count.get(x.id) != 1 or out.dtype != x.dtype:
+        return None
+    made = products.producers.get(x.id)
+    if made is None or made.prim.name not in ("multiply", "divide", "negative"):
+        return None
+    n, w = x.shape
+    cols, consts, rows = _factors(x, products.producers, n, quotients=True)
+    if len(rows) != 2 or not (cols or consts) or any(len(r.shape) != 2 or r.shape[1] != w or r.dtype != x.dtype
+                                                     for r, _ in rows) \
+            or any(c[0].dtype != x.dtype for c in cols) or not all(_keeps_dtype(c, x.dtype) for c in consts):
+        return None
+    (sx, rx), (sy, ry) = rows
+    if sx.shape[0] >= n and sy.shape[0] >= n:
+        return None   # a row per lane: the (n, w) product reads no row twice
+    plan = _dot_plan(rx, ry, w)
+    if plan is None:
+        return None
+    fresh, source = products.fresh, eqn.source
+    for a, b, p in ((sx, sy, plan), (sy, sx, _dot_plan(ry, rx, w))):   # the forward's dot products, made already
+        dots = next((v for q, v in known.get((a.id, b.id), ()) if p is not None and q.__dict__ == p.__dict__), None)
+        if dots is not None:
+            new = []
+            break
+    else:
+        dots = fresh((n,), x.dtype)
+        new = [_eqn(GRID_DOT, (sx, sy), {"plan": plan}, (dots,), source)]
+        known.setdefault((sx.id, sy.id), []).append((plan, dots))
+    if cols:
+        g, _ = _lane_scalars(cols, products, n)
+        new = products.made + new
+        scaled = fresh((n,), x.dtype)
+        new.append(_eqn(multiply, (dots, g), {}, (scaled,), source))
+        dots = scaled
+    for c in consts:
+        scaled = fresh((n,), x.dtype)
+        new.append(_eqn(multiply, (dots, c), {}, (scaled,), source))
+        dots = scaled
+    new.append(_eqn(reshape, (dots,), {"shape": out.shape}, eqn.outs, source))
+    return new
+
+
 def contract_cotangents(program, fresh):
     """Sums of lane products per group (see ``_grid_rowsum``) as matmuls over the grid."""
     producers = producers_of(program)
     count = use_counts(program.eqns, program.outputs)
-    out, changed = [], False
+    out, changed, dots = [], False, {}
     for eqn in program.eqns:
+        if eqn.prim is GRID_DOT:
+            dots.setdefault((eqn.args[0].id, eqn.args[1].id), []).append((eqn.params["plan"], eqn.outs[0]))
         if eqn.prim is sum_ and eqn.outs[0].dtype.kind in "fc":
             found = _summed_view_rows(eqn, producers)
             new = _summed_view_eqns(eqn, found, _Products(producers, count, fresh, eqn.source)) \
                 if found is not None else None
+            if new is None:
+                new = _scaled_lane_dot_eqns(eqn, _Products(producers, count, fresh, eqn.source), dots)
             if new is not None:
                 out.extend(new)
                 changed = True
@@ -2223,7 +2308,9 @@ def contract_cotangents(program, fresh):
         found = _grouped_rows(eqn, producers)
         if found is not None:
             v, lanes, groups, shape = found
-            products = _Products(producers, count, fresh, eqn.source)
+            summed = bool(groups) and all(len(gr) == len(lanes) for gr in groups) \
+                and len(np.unique(np.stack(groups), axis=1)[0]) < len(lanes)   # not a group per lane
+            products = _Products(producers, count, fresh, eqn.source, summed)
             terms = _lane_terms(v, products, v.shape[0]) if len(v.shape) == 2 else None
             if terms is not None:
                 new = _rowsum_eqns(eqn, _merged_terms(terms, products), lanes, groups, shape, fresh)
@@ -3521,6 +3608,38 @@ def _sinks(eqn, reshapes):
     return shape is not None
 
 
+def _reshaped_product(eqn, reshapes, fresh):
+    """``eqn`` on reshaped vectors (``reshapes``: the reshapes met, by result) as the same work on the
+    vectors, reshaped after: a transpose that keeps the order of the axes longer than 1 (``u.T`` of a
+    column kept (W, 1)) is a reshape; ``(1, W) @ (W, 1)`` of two vectors is their dot product; a matrix
+    product over one element with a 0-d factor (its backward, ``g @ v.T``) is a product by that number.
+    The equations, the last one making ``eqn``'s result; None for anything else."""
+    res = eqn.outs[0]
+    if eqn.prim is transpose:
+        x = eqn.args[0]
+        axes = eqn.params.get("axes")
+        axes = tuple(range(len(x.shape)))[::-1] if axes is None else tuple(axes)
+        long = [a for a in axes if x.shape[a] > 1]
+        if x.id not in reshapes or long != sorted(long):
+            return None
+        return [_eqn(reshape, reshapes[x.id].args, {"shape": res.shape}, (res,), eqn.source)]
+    a, b = eqn.args if len(eqn.args) == 2 and not eqn.params else (None, None)
+    if type(a) is not Var or type(b) is not Var or a.id not in reshapes or b.id not in reshapes \
+            or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0] or not a.dtype == b.dtype == res.dtype:
+        return None
+    u, v = reshapes[a.id].args[0], reshapes[b.id].args[0]
+    if a.shape[0] == 1 and b.shape[1] == 1 and u.shape == v.shape == (a.shape[1],):
+        prim, shape = dot, ()
+    elif a.shape[1] == 1 and ((u.shape == () and v.shape == (b.shape[1],) and a.shape[0] == 1)
+                              or (v.shape == () and u.shape == (a.shape[0],) and b.shape[1] == 1)):
+        prim, shape = multiply, max(u.shape, v.shape)
+        u, v = (v, u) if v.shape == () else (u, v)   # the number first, as dot's own rule writes g * v
+    else:
+        return None
+    flat = fresh(shape, res.dtype)
+    return [_eqn(prim, (u, v), {}, (flat,), eqn.source), _eqn(reshape, (flat,), {"shape": res.shape}, (res,), eqn.source)]
+
+
 def unit_slices_as_ints(program, fresh):
     """A read at a one-element slice, ``x[:, j:j + 1, k]`` (a column kept 2-D, for ``u.T @ v``), as
     the read at the int, ``x[:, j, k]``, reshaped to the slice's shape; and its cotangent,
@@ -3562,6 +3681,13 @@ def unit_slices_as_ints(program, fresh):
                 and eqn.params.get("axis") is None and not eqn.params.get("keepdims"):
             eqn = _eqn(sum_, reshapes[eqn.args[0].id].args, eqn.params, eqn.outs, eqn.source)   # every element
             changed = True
+        elif reshapes and (prim is transpose or prim is matmul or prim is dot):
+            made = _reshaped_product(eqn, reshapes, fresh)
+            if made is not None:
+                out.extend(made)
+                reshapes[eqn.outs[0].id] = made[-1]
+                changed = True
+                continue
         if prim is getitem or prim is index_add:   # (an index with staged values is left alone: _vars_in,
             x = eqn.args[0]                         # asked last, as most reads are no candidate)
             shape = getattr(x, "shape", None)
@@ -3572,6 +3698,12 @@ def unit_slices_as_ints(program, fresh):
                     and not _vars_in(eqn.params["index"], []):
                 # zeros written everywhere (the cotangent of ``(u.T @ v)[0, 0]``): the values reshaped
                 out.append(_eqn(reshape, (eqn.args[1],), {"shape": shape}, eqn.outs, eqn.source))
+                reshapes[eqn.outs[0].id] = out[-1]
+                changed = True
+                continue
+            if prim is getitem and type(x) is Var and x.id in reshapes and eqn.outs[0].id not in returned \
+                    and reshapes[x.id].args[0].shape == eqn.outs[0].shape and _covers(eqn.params["index"], shape):
+                rename[eqn.outs[0].id] = reshapes[x.id].args[0]   # ``(u.T @ v)[0, 0]``: the dot product itself
                 changed = True
                 continue
             basic = None if shape is None else _basic_form(eqn.params["index"], shape)
