@@ -146,13 +146,22 @@ def unbroadcast(g, x):
         return g
     lead = len(gshape) - len(shape)
     ones = tuple(lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1)
+    if type(g) is np.ndarray:   # plain: one reduction (sum's own), or a view where nothing is summed
+        if not ones:
+            if all(n == 1 for n in gshape[:lead]):
+                return g.reshape(shape)   # (1, n) onto (n,): a sum over size-1 axes is a reshape (a view)
+            return _add_reduce(g, axis=tuple(range(lead)))
+        if not lead:   # x's size-1 axes kept: the shape comes out as it is
+            return _add_reduce(g, axis=ones, keepdims=True)
+        return _add_reduce(g, axis=tuple(range(lead)) + ones).reshape(shape)
     # the table's own entries, by name: sum and reshape are declared in files that import this one
     sum_ = PRIMITIVES["sum"]
     if not ones:   # only leading axes were added: summing them gives the shape
-        if type(g) is np.ndarray and all(n == 1 for n in gshape[:lead]):
-            return g.reshape(shape)   # (1, n) onto (n,): a sum over size-1 axes is a reshape (a view)
         return sum_(g, axis=tuple(range(lead)), keepdims=False)
     return PRIMITIVES["reshape"](sum_(g, axis=tuple(range(lead)) + ones, keepdims=False), shape=shape)
+
+
+_add_reduce = np.add.reduce
 
 
 def plain_dtype(x):

@@ -146,11 +146,20 @@ _ndarray = np.ndarray
 
 
 # --- arithmetic --------------------------------------------------------------------------------
+def _subtract_vjp_y(g, ans, x, y):
+    """``-g`` summed to ``y``'s shape; a plain ``g`` is summed first, so the negation runs on the
+    smaller array (``z - m`` with ``m`` a row's maximum). Traced cotangents keep the order the
+    staged programs of wg.jit were written in."""
+    if type(g) is _ndarray:
+        return negative(unbroadcast(g, y.shape))
+    return unbroadcast(negative(g), y.shape)
+
+
 add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                        lambda g, ans, x, y: unbroadcast(g, y.shape)),
               jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t), batch=elementwise_rule, batched_vjp=True)
 subtract = defprim(np.subtract, (lambda g, ans, x, y: unbroadcast(g, x.shape),
-                                 lambda g, ans, x, y: unbroadcast(negative(g), y.shape)),
+                                 _subtract_vjp_y),
                    jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: negative(t)),
                    batch=elementwise_rule, batched_vjp=True)
 multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(_times(g, y), x.shape),
