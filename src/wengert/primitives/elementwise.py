@@ -155,6 +155,18 @@ def _subtract_vjp_y(g, ans, x, y):
     return unbroadcast(negative(g), y.shape)
 
 
+def _divide_vjp_y(g, ans, x, y):
+    """``-g * ans / y`` summed to ``y``'s shape; on plain arrays of the answer's shape and dtype, one
+    new array and the rest in place (W1's ``dots / (nb * na)``). Traced cotangents keep the
+    operations the staged programs of wg.jit were written with."""
+    if type(g) is _ndarray and type(ans) is _ndarray and ans.ndim and g.shape == ans.shape and g.dtype == ans.dtype:
+        out = g * ans
+        out /= y
+        np.negative(out, out=out)
+        return unbroadcast(out, y.shape)
+    return unbroadcast(-g * ans / y, y.shape)
+
+
 add = defprim(np.add, (lambda g, ans, x, y: unbroadcast(g, x.shape),
                        lambda g, ans, x, y: unbroadcast(g, y.shape)),
               jvp=(lambda t, ans, x, y: t, lambda t, ans, x, y: t), batch=elementwise_rule, batched_vjp=True)
@@ -166,8 +178,7 @@ multiply = defprim(np.multiply, (lambda g, ans, x, y: unbroadcast(_times(g, y), 
                                  lambda g, ans, x, y: unbroadcast(_times(g, x), y.shape)),
                    jvp=(lambda t, ans, x, y: t * y, lambda t, ans, x, y: t * x),
                    batch=elementwise_rule, batched_vjp=True)
-divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape),
-                             lambda g, ans, x, y: unbroadcast(-g * ans / y, y.shape)),
+divide = defprim(np.divide, (lambda g, ans, x, y: unbroadcast(g / y, x.shape), _divide_vjp_y),
                  fused_jvp=_divide_jvp, batch=elementwise_rule, batched_vjp=True)
 true_divide = divide
 negative = defprim(np.negative, lambda g, ans, x: negative(g), linear=True, batch=elementwise_rule, batched_vjp=True)
