@@ -527,7 +527,7 @@ def write_in_place(x, index, value, write_prim):
         raise LeakedTracerError("x[...] = v")
     if not trace.hidden_axes:   # (vmap's level leaves writes to its per-example loop)
         array = x.value
-        if type(array) is not np.ndarray or array.base is not None:   # (an array owning its memory: no view)
+        if type(array) is not _ndarray or array.base is not None:   # (an array owning its memory: no view)
             memory = view_target(x)
             if memory is not None:
                 return write_through_view(x, index, value, memory)
@@ -639,7 +639,7 @@ def _checked_write(x, index, value, write_prim):
         trace.guard = stale_guard
     else:
         last = trace.last_write
-        if x.index < last or (ours and value.index < last and (type(plain_value) is np.ndarray or type(plain_value)
+        if x.index < last or (ours and value.index < last and (type(plain_value) is _ndarray or type(plain_value)
                                                                is Tracer) and _may_be_stale(trace, value)):
             check_not_stale(trace, (x, value), write_prim)
             plain_value = value.value if ours else value
