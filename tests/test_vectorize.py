@@ -595,6 +595,34 @@ def test_many_batches_on_the_unit_stride_axis_take_einsums_loop_with_the_same_va
     assert pays((strided, strided)) and not pays((strided[:64], strided[:64]))
 
 
+@pytest.mark.parametrize("xs,ys,outs", [("kiw", "kjw", "kij"), ("kiw", "kjw", "kji"), ("kjw", "kiw", "kij"),
+                                         ("kabw", "kjw", "kjab"), ("kiw", "kw", "ki"), ("iw", "jw", "ij")])
+def test_einsum_split_over_an_operands_own_axes_equals_einsum(xs, ys, outs, monkeypatch):
+    """_grid_dot_columns's einsum, one call per index of the operand's own axes (those of one operand
+    and the result only) where both operands have such axes: the same values as one einsum, into a
+    result laid out either way, whichever operand is split; one call where an operand has none or
+    both have too many."""
+    sizes = {"k": 7, "i": 3, "j": 2, "a": 2, "b": 2, "w": 5}
+    x = rng.normal(size=[sizes[c] for c in xs])
+    y = rng.normal(size=[sizes[c] for c in ys])
+    want = np.einsum(f"{xs},{ys}->{outs}", x, y)
+    calls = []
+    einsum = np.einsum
+    monkeypatch.setattr(_vectorize.np, "einsum", lambda *a, **k: calls.append(1) or einsum(*a, **k))
+    for order, limit in (("C", 16), ("F", 16), ("C", 1)):
+        calls.clear()
+        monkeypatch.setattr(_vectorize, "_EINSUM_SPLIT_MAX", limit)
+        out = np.empty(want.shape, order=order)
+        letters = {c: n for n, c in enumerate(sorted(set(xs + ys)))}
+        got = _vectorize._einsum_split(x, [letters[c] for c in xs], y, [letters[c] for c in ys],
+                                       [letters[c] for c in outs], out)
+        assert got is out
+        np.testing.assert_allclose(out, want, rtol=1e-12)
+        own = [set(xs) - set(ys), set(ys) - set(xs)]
+        shorter = min(int(np.prod([sizes[c] for c in o])) for o in own)
+        assert len(calls) == (shorter if all(own) and shorter <= limit else 1), calls
+
+
 def _input_readers(lowered, n):
     """The primitives of the equations that read the program's first ``n`` inputs."""
     ins = {v.id for v in lowered.program.inputs[:n]}
