@@ -644,6 +644,12 @@ def test_columns_of_batch_last_inputs_are_read_and_written_where_they_lie(spelli
     assert _count(lowered, "grid_add") == 0 and _count(lowered, "grid_dot") == 1
     ins = [v.id for v in lowered.program.inputs[:2]]
     assert all(e.args[-1].id in ins for e in lowered.program.eqns if e.prim.name in ("grid_dot", "grid_rowsum"))
+    # each cotangent's parts are added into one of them, and the constant zeros the traced zeros of
+    # the in-place spelling send to a are not added at all
+    made = {o.id: e.prim.name for e in lowered.program.eqns for o in e.outs}
+    sums = [e for e in lowered.program.eqns if e.prim.name in ("add", "add_in_place")]
+    assert sums and all(e.prim.name == "add_in_place" and made[e.args[0].id] == "grid_rowsum" for e in sums), \
+        lowered.as_text()
     step = wg.jit(wg.value_and_grad(f, argnums=(0, 1)))
     value, grads = workloads.w1_hand_einsum(a, bb, wts)
     for x, y in [(a, bb), (np.asfortranarray(a), bb), (a, np.pad(bb, ((0, 0), (0, 0), (1, 0)))[:, :, 1:])]:

@@ -74,8 +74,11 @@ _BACKWARD_CODE = _backward._backward.__code__
 
 _new = object.__new__   # a tracer without __init__, as core's make_tracer builds it (inlined in stage)
 
+# "fresh": the primitives besides the ufuncs whose results are new arrays the program may write into
+# (the vectorizing pass's cotangent sums and scatters: W1 at 16x adds the two parts of b's cotangent,
+# (64, 16, 256), into one of them)
 _PRIMS = {"getitem": getitem, "scatter_set": scatter_set, "index_add": index_add, "add": add,
-          "multiply": multiply, "fresh": (matmul, dot)}
+          "multiply": multiply, "fresh": (matmul, dot, _vectorize.GRID_ROWSUM, _vectorize.GRID_ADD)}
 
 
 class ConcretizationError(TracerConversionError):
