@@ -629,18 +629,22 @@ def _input_readers(lowered, n):
     return {e.prim.name for e in lowered.program.eqns if any(u.id in ins for u in e.uses)}
 
 
-@pytest.mark.parametrize("spelling", ["loop", "loop[in-place, @]", "loop[lists+stack, np.sum(u*v)]"])
+@pytest.mark.parametrize("spelling", ["loop", "loop[in-place, @]", "loop[lists+stack, np.sum(u*v)]", "inline reads"])
 def test_columns_of_batch_last_inputs_are_read_and_written_where_they_lie(spelling):
     """Seed 000's loop over a batch-last a (W, R, B) and b (W, N, B) with more than _EINSUM_MIN_BATCH
     batches: the grid products read the columns as strided views of a and b themselves (no transposed
     copy of either), and each cotangent, which covers its input exactly once, is written by the
-    products in the input's layout (no grid_add). Values and gradients equal eager's, the hand-written
-    gradient's and finite differences, in float64, also for inputs laid out another way."""
+    products in the input's layout (no grid_add); the columns' norms (``np.linalg.norm`` of each
+    column read inline too) are the inputs' norms over their axis 0. Values and gradients equal
+    eager's, the hand-written gradient's and finite differences, in float64, also for inputs laid
+    out another way."""
     a, bb, wts = w1_inputs(3, 5, 2, _vectorize._EINSUM_MIN_BATCH + 6)
-    code = workloads.w1_code if spelling == "loop" else workloads.w1_spellings_code
+    code = workloads.w1_code if spelling == "loop" else workloads.w1_loop_forms_code \
+        if spelling == "inline reads" else workloads.w1_spellings_code
     f = code(wnp, wg.Buffer)[spelling]
     lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
-    assert _input_readers(lowered, 2) <= {"grid_dot", "grid_rowsum", "square", "power"}, _input_readers(lowered, 2)
+    assert _input_readers(lowered, 2) <= {"grid_dot", "grid_rowsum", "square", "power", "pnorm"}, \
+        _input_readers(lowered, 2)
     assert _count(lowered, "grid_add") == 0 and _count(lowered, "grid_dot") == 1
     ins = [v.id for v in lowered.program.inputs[:2]]
     assert all(e.args[-1].id in ins for e in lowered.program.eqns if e.prim.name in ("grid_dot", "grid_rowsum"))
