@@ -180,7 +180,17 @@ def stale_guard(trace, args, prim):
     moved = False
     for a in args:
         if type(a) is Tracer and a.index < last and a._trace is trace:
-            key = memory_key(a.value)
+            # memory_key(a.value), written out: every operand of every operation after a write asks
+            value = a.value
+            while type(value) is Tracer:   # under jit(grad(f)): the staged value's sample
+                value = value.value
+            base = value.base if type(value) is np.ndarray else value
+            if base is None:
+                key = id(value)
+            elif type(base) is np.ndarray and base.base is None:
+                key = id(base)
+            else:
+                key = id(root(base))
             written_at = trace.written.get(key)
             if written_at is not None and a.index < written_at:
                 refresh(trace, a, key, prim)

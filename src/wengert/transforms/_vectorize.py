@@ -316,12 +316,14 @@ def _writes(eqns):
 
 
 def _users(eqns, wanted):
-    """For each variable id in ``wanted`` (a set), the positions of the equations that read it, in
-    program order, once per read."""
+    """For each variable in ``wanted`` (a set of Vars), the positions of the equations that read it,
+    by the variable's id, in program order, once per read. The equations that read none are passed
+    over without a Python-level step (most of a loop's equations read no write's result)."""
     users = {}
-    for k, eqn in enumerate(eqns):
-        for v in eqn.uses:
-            if v.id in wanted:
+    reading = itertools.compress(itertools.count(), map(operator.not_, map(wanted.isdisjoint, map(_USES, eqns))))
+    for k in reading:
+        for v in eqns[k].uses:
+            if v in wanted:
                 users.setdefault(v.id, []).append(k)
     return users
 
@@ -373,7 +375,7 @@ def _collapse_writes(eqns, outputs, fresh):
             found = _link(eqn.params["index"], base.shape, eqn.prim is index_add)
             if found is not None:
                 links[k], patterns[k] = found
-                states.add(eqn.outs[0].id)
+                states.add(eqn.outs[0])
     if not states:
         return eqns
     users = _users(eqns, states)
@@ -792,7 +794,13 @@ class _Signatures:
                                else self.operand(v, True)) for name, v in params.items()])
             else:
                 pkey = ()
-            key = (eqn.prim, pkey, tuple([keys[a.id] if type(a) is Var else self.operand(a) for a in eqn.args]))
+            args = eqn.args
+            if len(args) == 2 and type(args[0]) is Var and type(args[1]) is Var:   # the commonest: no list made
+                key = (eqn.prim, pkey, (keys[args[0].id], keys[args[1].id]))
+            elif len(args) == 1 and type(args[0]) is Var:
+                key = (eqn.prim, pkey, (keys[args[0].id],))
+            else:
+                key = (eqn.prim, pkey, tuple([keys[a.id] if type(a) is Var else self.operand(a) for a in args]))
         except _Unkeyed:
             key = ("eqn", k)
         sig = self.ids.setdefault(key, len(self.ids))
@@ -3684,6 +3692,7 @@ def unit_slices_as_ints(program, fresh):
     seed 000 written ``(b[:, i:i+1, k].T @ a[:, j:j+1, k])[0, 0]``)."""
     out, changed = [], False
     reshapes, rename = {}, {}   # the reshapes made or met; the reshapes of reshapes back to a shape
+    reshaped = set()   # their results (Vars): whether an equation reads one is one C-level test
     returned = {v.id for v in program.outputs if type(v) is Var}
     for eqn in program.eqns:
         if rename:
@@ -3701,7 +3710,8 @@ def unit_slices_as_ints(program, fresh):
                 changed = True
             if type(eqn.args[0]) is Var:
                 reshapes[eqn.outs[0].id] = eqn
-        elif reshapes and _sinks(eqn, reshapes):
+                reshaped.add(eqn.outs[0])
+        elif reshaped and not reshaped.isdisjoint(eqn.uses) and _sinks(eqn, reshapes):
             # an elementwise operation on reshaped columns ((W, 1) from W): on the columns, then reshaped
             src = next(reshapes[a.id].args[0] for a in eqn.args if type(a) is Var and a.shape != ())
             res = eqn.outs[0]
@@ -3710,6 +3720,7 @@ def unit_slices_as_ints(program, fresh):
             out.append(_eqn(prim, args, eqn.params, (flat,), eqn.source))
             out.append(_eqn(reshape, (flat,), {"shape": res.shape}, (res,), eqn.source))
             reshapes[res.id] = out[-1]
+            reshaped.add(res)
             changed = True
             continue
         elif prim is sum_ and type(eqn.args[0]) is Var and eqn.args[0].id in reshapes \
@@ -3741,6 +3752,13 @@ def unit_slices_as_ints(program, fresh):
                 rename[eqn.outs[0].id] = reshapes[x.id].args[0]   # ``(u.T @ v)[0, 0]``: the dot product itself
                 changed = True
                 continue
+            for i in (eqn.params["index"] if type(eqn.params["index"]) is tuple else (eqn.params["index"],)):
+                if i is None or type(i) is np.ndarray or type(i) is slice and (
+                        i.start is not None or i.stop is not None or i.step is not None):
+                    break
+            else:   # (most reads, x[:, j, k]) neither _basic_form nor a bounded slice: nothing to write as ints
+                out.append(eqn)
+                continue
             basic = None if shape is None else _basic_form(eqn.params["index"], shape)
             given = eqn.params["index"] if basic is None else basic
             index = None if shape is None or not _bounded_slice(given) else _unit_slices_as_ints(given, shape)
@@ -3753,6 +3771,7 @@ def unit_slices_as_ints(program, fresh):
                     out.append(_eqn(getitem, (x,), {**eqn.params, "index": index}, (picked,), eqn.source))
                     out.append(_eqn(reshape, (picked,), {"shape": res.shape}, (res,), eqn.source))
                     reshapes[res.id] = out[-1]
+                    reshaped.add(res)
                     changed = True
                     continue
                 g = eqn.args[1]
