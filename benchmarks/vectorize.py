@@ -7,7 +7,7 @@ Usage:  PYTHONPATH=src python benchmarks/vectorize.py [--quick] [--only W1 W2] [
 One row per loop spelling (benchmarks/workloads.py: W1 = seed 000's pairwise cosine loop, W2 = seed
 001's colwise attention, each with its results in a Buffer, written in place into a traced array,
 or built as lists and stacked, and each dot product as ``@``, ``np.dot``, ``np.sum(u*v)`` or
-``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with five more dot spellings and five
+``np.inner``; with ``--more-spellings`` also seed 000's Buffer loop with six more dot spellings and five
 more norm spellings; with ``--more-loops`` the loops themselves written fourteen (W1) and nine (W2)
 further ways: workloads.W1_LOOP_FORMS, W2_LOOP_FORMS; W1's also at 16x with ``--sixteen all``). Medians of one run, measured round-robin as in run.py and jit.py
 (run.measure: fast calls grouped into ~5 ms samples, each after one untimed call):
@@ -168,7 +168,7 @@ def main(argv=None):
                    help="also time vectorize=False on the seed-size 'loop' rows (tens of seconds to stage)")
     p.add_argument("--more-spellings", action="store_true",
                    help="also seed 000's Buffer loop with the dot product as np.vdot, np.einsum, np.tensordot, "
-                        "u.dot(v), np.matmul, and the norm as np.linalg.norm and four more (seed size)")
+                        "u.dot(v), np.matmul, u.T @ v, and the norm as np.linalg.norm and four more (seed size)")
     p.add_argument("--more-loops", action="store_true",
                    help="also the loops themselves written further ways, seed size: W1 with every column read "
                         "where used, columns normalized first, lists + np.array, x.at[].set, the batch innermost, "

@@ -101,7 +101,7 @@ DOT_SPELLINGS = ("@", "np.dot", "np.sum(u*v)", "np.inner")
 CONTAINERS = ("Buffer", "in-place", "lists+stack")
 # more spellings of seed 000's kernel, for wengert alone (benchmarks/vectorize.py --more-spellings):
 # other ways to write the dot product, and other ways to write the norm (the seed's own is the first)
-MORE_DOT_SPELLINGS = ("np.vdot", "np.einsum", "np.tensordot", "u.dot(v)", "np.matmul")
+MORE_DOT_SPELLINGS = ("np.vdot", "np.einsum", "np.tensordot", "u.dot(v)", "np.matmul", "u.T @ v")
 NORM_SPELLINGS = ("np.sqrt(np.sum(u**2))", "np.linalg.norm(u)", "np.sqrt(np.dot(u, u))", "np.sqrt(np.sum(u*u))",
                   "np.sqrt(np.sum(np.abs(u)**2))", "np.sqrt(np.sum(np.square(u)))")
 
@@ -111,7 +111,7 @@ def dot_spelling(np, spelling):
             "np.sum(u*v)": lambda u, v: np.sum(u * v), "np.inner": lambda u, v: np.inner(u, v),
             "np.vdot": lambda u, v: np.vdot(u, v), "np.einsum": lambda u, v: np.einsum("i,i->", u, v),
             "np.tensordot": lambda u, v: np.tensordot(u, v, 1), "u.dot(v)": lambda u, v: u.dot(v),
-            "np.matmul": lambda u, v: np.matmul(u, v)}[spelling]
+            "np.matmul": lambda u, v: np.matmul(u, v), "u.T @ v": lambda u, v: u.T @ v}[spelling]
 
 
 def norm_spelling(np, spelling):

@@ -50,7 +50,7 @@ def test_vectorize_benchmark_runs_every_spelling_and_agrees_with_the_hand_writte
     names = {line.split("  ")[0] for line in proc.stdout.splitlines() if line.startswith("W1 ")}
     seed = {n for n in names if n.startswith("W1 seed")}
     big = {n for n in names if n.startswith("W1 16x")}
-    assert len(seed) == 1 + 12 + 5 + 5 + 14 and len(big) == 1 + 12 + 14, sorted(names)
+    assert len(seed) == 1 + 12 + 6 + 5 + 14 and len(big) == 1 + 12 + 14, sorted(names)
     assert any("np.linalg.norm(u)" in n for n in seed) and any("np.einsum" in n for n in seed)
     assert any("form[inline reads]" in n for n in seed) and any("form[x.at[].set]" in n for n in seed)
     assert any("form[rows of a.T]" in n for n in seed) and any("form[np.split, enumerate]" in n for n in seed)

@@ -1424,6 +1424,36 @@ def test_columns_kept_two_dimensional_are_read_and_scattered_as_columns():
     fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
 
 
+def test_two_column_reads_of_one_array_per_trip_scatter_their_cotangents_on_two_grids():
+    """Seed 001 with the steps glued first, ``np.dot(Y[:, b], Y[:, t*B + b])``: each trip adds two
+    cotangents into Y's, at b (every step again: summed) and at t*B + b (every column once), one
+    class's members interleaved. Taken every other write, the chain is two scatters on grids (the
+    repeated positions summed by the grid), not one sorted scatter-add of every lane's product (4x the hand-written
+    gradient at the seed's size)."""
+    Wm, bm, xs, Hs, wts = _seed_001_inputs(8)
+    f = workloads.w2_loop_forms_code(wnp, wg.Buffer, at=wg.at)["glued, Y[:, t*B + b]"]
+    value, grads = workloads.w2_hand(Wm, bm, np.concatenate(xs, axis=1), Hs, wts)
+    close(wg.jit(wg.value_and_grad(f, argnums=(0, 1)))(Wm, bm, xs, Hs, wts), (value, grads), rtol=1e-9)
+    lowered = vectorized_like_eager(f, Wm, bm, xs, Hs, wts, argnums=(0, 1), shrink=5)
+    assert _count(lowered, "scatter_add") == 0 and _count(lowered, "grid_add") >= 1
+    fd_check(lambda Wm: f(Wm, bm, xs, Hs, wts), (Wm,))
+    fd_check(lambda bm: f(Wm, bm, xs, Hs, wts), (bm,))
+
+
+@pytest.mark.parametrize("spelling", ["u.T @ v", "@"])
+def test_a_transpose_that_moves_nothing_is_its_operand(spelling):
+    """``u.T @ v`` of two vectors stages a transpose of u (and one of its cotangent) that moves
+    nothing: dropped, the loop is ``u @ v``'s, each cotangent term one grid_rowsum (with them between
+    the terms and the scatter, the terms stayed (lanes, w) products: 1.6x the hand-written gradient)."""
+    n, w, r, b = 6, 5, 3, 4
+    a, bb, wts = w1_inputs(n, w, r, b)
+    f = workloads.w1_spellings_code(wnp, wg.Buffer)[workloads.spelling_name("Buffer", spelling)]
+    lowered = vectorized_like_eager(f, a, bb, wts, argnums=(0, 1), shrink=8)
+    assert _count(lowered, "grid_rowsum") == 4 and _count(lowered, "grid_dot") == 1
+    assert not _lane_products(lowered, n * r * b, w, prims=("multiply", "add"))
+    fd_check(lambda bb: f(a, bb, wts), (bb,))
+
+
 @pytest.mark.parametrize("index, shape", [((slice(None), slice(2, 3), 1), (4, 5, 6)), ((slice(3, 4),), (5, 2)),
                                           ((Ellipsis, slice(0, 1)), (3, 2)), ((slice(4, 5, 2), 0), (6, 3))])
 def test_a_one_element_slice_reads_what_the_int_reads(index, shape):

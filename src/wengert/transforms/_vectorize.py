@@ -533,8 +533,9 @@ def _in_rounds(eqns, chain, links):
                             ordered[-1]: _eqn(index_add, tail.args, tail.params, last.outs, tail.source)}), ordered
 
 
-def _one_scatter(eqns, chain, links, fresh, made_by):
-    """The chain's writes as one scatter (the last write of an element wins for scatter_set)."""
+def _one_scatter(eqns, chain, links, fresh, made_by, split=True):
+    """The chain's writes as one scatter (the last write of an element wins for scatter_set); an
+    ``index_add`` chain on no grid perhaps as two or more on grids (``split``)."""
     first, last = eqns[chain[0]], eqns[chain[-1]]
     prim, base = first.prim, first.args[0]
     if prim is scatter_set:
@@ -620,7 +621,9 @@ def _one_scatter(eqns, chain, links, fresh, made_by):
         plan = _grid_add_plan(index, positions, columns, base.shape, lane)
         if plan is not None:
             return [*made, _eqn(GRID_ADD, (base, stacked), {"plan": plan}, last.outs, source)]
-        merged = _adjacent_adds_split(eqns, chain, links, fresh, made_by) if runs == 1 else None
+        merged = _adjacent_adds_split(eqns, chain, links, fresh, made_by) if runs == 1 and split else None
+        if merged is None and runs == 1 and split:
+            merged = _interleaved_split(eqns, chain, links, fresh, made_by)
         if merged is not None:
             return merged
         return [*made, _eqn(SCATTER_ADD, (base, stacked), _segments(index, positions, columns, base.shape, lane),
@@ -661,6 +664,34 @@ def _adjacent_adds_split(eqns, chain, links, fresh, made_by):
         made += got
         base = out[0]
     return made
+
+
+def _interleaved_split(eqns, chain, links, fresh, made_by):
+    """An ``index_add`` chain on no grid whose writes, taken every p-th, are p chains on grids: a
+    trip that reads one array at two columns (seed 001 glued first, ``np.dot(Y[:, b], Y[:, t*B +
+    b])``) adds two cotangents per trip into one array, at b (repeated by every step: summed by the
+    grid) and at t*B + b (every column once), in one class. As one chain its positions overlap on
+    no grid (one sorted scatter-add of every lane's product, 4x the hand-written gradient); each
+    stream is a grid. None where some stream is not."""
+    for p in (2, 3, 4):
+        if len(chain) % p or len(chain) < 2 * p:
+            continue
+        first, last = eqns[chain[0]], eqns[chain[-1]]
+        base, made = first.args[0], []
+        for r in range(p):
+            sub = chain[r::p]
+            head, tail = eqns[sub[0]], eqns[sub[-1]]
+            out = last.outs if r == p - 1 else (fresh(base.shape, base.dtype),)
+            replaced = {sub[0]: _eqn(index_add, (base, head.args[1]), head.params, head.outs, head.source),
+                        sub[-1]: _eqn(index_add, tail.args, tail.params, out, tail.source)}
+            got = _one_scatter(_Replaced(eqns, replaced), sub, links, fresh, made_by, split=False)
+            if got is None or got[-1].prim is SCATTER_ADD:
+                break
+            made += got
+            base = out[0]
+        else:
+            return made
+    return None
 
 
 class _Replaced:
@@ -3727,6 +3758,12 @@ def unit_slices_as_ints(program, fresh):
                 and eqn.params.get("axis") is None and not eqn.params.get("keepdims"):
             eqn = _eqn(sum_, reshapes[eqn.args[0].id].args, eqn.params, eqn.outs, eqn.source)   # every element
             changed = True
+        elif prim is transpose and type(eqn.args[0]) is Var and eqn.outs[0].id not in returned \
+                and tuple(eqn.params.get("axes") or range(len(eqn.args[0].shape))[::-1]) \
+                == tuple(range(len(eqn.args[0].shape))):
+            rename[eqn.outs[0].id] = eqn.args[0]   # a transpose that moves nothing (``u.T`` of a vector)
+            changed = True
+            continue
         elif reshapes and (prim is transpose or prim is matmul or prim is dot):
             made = _reshaped_product(eqn, reshapes, fresh)
             if made is not None:
