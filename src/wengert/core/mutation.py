@@ -297,16 +297,24 @@ def _layout_index(piece, memory):
     """``piece`` (a view of ``memory``) as ``memory[index]``, its axes reordered: (index, order, shape)
     where ``memory[index]`` has ``shape`` (``piece``'s axes longer than one, in ``memory``'s axis order)
     and ``order`` lists which of those axes each of ``piece``'s longer-than-one axes is; None when no
-    index of ints and slices reaches exactly ``piece``'s elements (a reshape that merged axes)."""
+    index of ints and slices reaches exactly ``piece``'s elements (a reshape that merged axes).
+
+    ``piece``'s first element is at a byte offset that the memory's strides split into one start per
+    axis, and each of its axes steps along one axis of the memory: ``memory[index]`` then has
+    ``piece``'s offset, lengths and strides, so it is the same elements (no check needed)."""
     size = memory.itemsize
     offset = _address(piece) - _address(memory)
-    axes = [a for a in range(memory.ndim) if memory.shape[a] > 1]
-    if offset % size or any(memory.strides[a] <= 0 or memory.strides[a] % size for a in axes):
+    shape, strides = memory.shape, memory.strides
+    axes = sorted((a for a in range(len(shape)) if shape[a] > 1), key=strides.__getitem__, reverse=True)
+    if offset % size:
         return None
-    starts = [0] * memory.ndim
-    for a in sorted(axes, key=lambda a: -memory.strides[a]):
-        starts[a], offset = divmod(offset, memory.strides[a])
-        if starts[a] >= memory.shape[a]:
+    starts = [0] * len(shape)
+    for a in axes:
+        stride = strides[a]
+        if stride <= 0 or stride % size:
+            return None
+        starts[a], offset = divmod(offset, stride)
+        if starts[a] >= shape[a]:
             return None
     if offset:
         return None
@@ -315,34 +323,27 @@ def _layout_index(piece, memory):
     for length, stride in zip(piece.shape, piece.strides):
         if length == 1:
             continue
-        for a in sorted(axes, key=lambda a: -memory.strides[a]):
-            if a in used or stride % memory.strides[a]:
+        for a in axes:
+            if a in used or stride % strides[a]:
                 continue
-            step = stride // memory.strides[a]
+            step = stride // strides[a]
             last = starts[a] + step * (length - 1)
-            if step and 0 <= last < memory.shape[a]:
+            if step and 0 <= last < shape[a]:
                 used[a] = (step, length)
                 long_axes.append(a)
                 break
         else:
             return None
     index = []
-    for a in range(memory.ndim):
+    for a in range(len(shape)):
         if a in used:
             step, length = used[a]
             stop = starts[a] + step * length
             index.append(slice(starts[a], stop if stop >= 0 else None, step))
         else:
             index.append(starts[a])
-    index = tuple(index)
     in_order = sorted(long_axes)
-    order = tuple(in_order.index(a) for a in long_axes)
-    found = memory[index + (Ellipsis,)]   # a view, even of one element
-    moved = found.transpose(order)
-    if moved.shape != tuple(n for n in piece.shape if n != 1) or _address(found) != _address(piece) or \
-            moved.strides != tuple(s for n, s in zip(piece.shape, piece.strides) if n != 1):
-        return None
-    return index, order, found.shape
+    return tuple(index), tuple(in_order.index(a) for a in long_axes), tuple(used[a][1] for a in in_order)
 
 
 def _positions(piece, memory):
