@@ -363,6 +363,19 @@ def _positions(piece, memory):
     return np.unravel_index(np.broadcast_to(flat, piece.shape), memory.shape, order=order)
 
 
+def _place(piece, memory):
+    """Where ``piece`` lies in ``memory``, as ``_layout_index`` gives it (index, order, shape); for a
+    view no basic index reaches, the index arrays of ``_positions`` (already in ``piece``'s shape and
+    order); None when neither reaches it."""
+    found = _layout_index(piece, memory)
+    if found is not None:
+        return found
+    positions = _positions(piece, memory)
+    if positions is None:
+        return None
+    return positions, tuple(range(piece.ndim)), piece.shape
+
+
 def write_through_view(x, index, value, memory):
     """``x[index] = value`` where ``x`` views part of ``memory``: the write goes to the owner of
     ``memory`` (``_owner``) at the composed index; ``x`` and the other views are refreshed at their
@@ -381,13 +394,9 @@ def write_through_view(x, index, value, memory):
     piece = sample[parts if Ellipsis in parts else parts + (Ellipsis,)]   # a view, even of one element
     if piece.size == 0:
         return None
-    found = _layout_index(piece, whole)
+    found = _place(piece, whole)
     if found is None:
-        positions = _positions(piece, whole)
-        if positions is None:
-            _owner_unreachable()
-        owner[positions] = value
-        return None
+        _owner_unreachable()
     target, order, shape = found
     if piece.shape != shape or order != tuple(range(len(order))):
         value = np.broadcast_to(value, _value_shape(value, piece.shape))
@@ -438,19 +447,15 @@ def refresh(trace, a, key, prim):
     elif _whole(sample, memory):
         fresh = np.reshape(owner, sample.shape)
     else:
-        found = _layout_index(sample, memory)
+        found = _place(sample, memory)
         if found is None:
-            positions = _positions(sample, memory)
-            if positions is None:
-                _refuse_stale(prim)
-            fresh = owner[positions]
-        else:
-            target, order, shape = found
-            fresh = owner[target]
-            if order != tuple(range(len(order))):
-                fresh = np.transpose(fresh, order)
-            if sample.shape != shape:
-                fresh = np.reshape(fresh, sample.shape)
+            _refuse_stale(prim)
+        target, order, shape = found
+        fresh = owner[target]
+        if order != tuple(range(len(order))):
+            fresh = np.transpose(fresh, order)
+        if sample.shape != shape:
+            fresh = np.reshape(fresh, sample.shape)
     a.index = fresh.index
     if trace.computes:
         a.aux = getattr(fresh, "aux", None)
